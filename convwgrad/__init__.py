@@ -1,0 +1,29 @@
+"""convwgrad: fast, deterministic weight gradients of grouped and depthwise convolutions.
+
+    import convwgrad
+    dw = convwgrad.conv2d_weight(x, w.shape, dy, stride=1, padding=1, groups=x.shape[1])
+    print(convwgrad.explain(convwgrad.ConvProblem.from_tensors(x, w.shape, dy, 1, 1, 1, x.shape[1])))
+"""
+
+from . import aot
+from .provider import (
+    ConvProblem,
+    KernelSpec,
+    Plan,
+    TargetInfo,
+    Tile,
+    conv1d_weight,
+    conv2d_weight,
+    conv3d_weight,
+    dispatch_conv_grouped,
+    explain,
+    plan,
+    record_launches,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConvProblem", "KernelSpec", "Plan", "TargetInfo", "Tile", "aot", "conv1d_weight", "conv2d_weight",
+    "conv3d_weight", "dispatch_conv_grouped", "explain", "plan", "record_launches",
+]

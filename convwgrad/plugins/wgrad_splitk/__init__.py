@@ -1,0 +1,145 @@
+"""The split-K two-stage family: implicit-GEMM dW for every grouped convolution.
+
+Registration layer: the hook implementations the provider core calls. The
+kernels are in :mod:`.kernels`, the launcher in :mod:`.launcher`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from convwgrad.provider.hookspecs import hookimpl
+from convwgrad.provider.spec import KernelSpec, Tile, Verdict
+
+from . import launcher
+
+FAMILY = "wgrad_splitk"
+#: Above the aten fallback (0); the merged family will rank above this one.
+PRIORITY = 10
+
+#: tl.dot needs every tile dim >= 16 on all targets.
+MIN_BLOCK = 16
+#: 64x64 fp32 accumulators are 32 registers a thread at 4 warps; larger tiles
+#: only pay for kpg and cpg*taps far above depthwise sizes. Not yet swept.
+MAX_BLOCK_M = 64
+MAX_BLOCK_N = 64
+#: Reduction steps offered, preferred first. 64 is the Triton matmul
+#: tutorial's step for 16-bit operands; `convwgrad bench` ranks all of them.
+BLOCK_K_CHOICES = (64, 32, 128)
+NUM_WARPS = 4
+#: Software-pipelining depth: Triton's matmul tutorial configs use 3-4 on
+#: Hopper and 2 on CDNA; not yet swept here.
+NUM_STAGES = {"cuda": 3, "hip": 2}
+
+
+def _fit(extent: int, upper: int) -> int:
+    size = MIN_BLOCK
+    while size < extent and size < upper:
+        size *= 2
+    return size
+
+
+def allows_tf32(problem, target) -> bool:
+    """fp32 dots round to TF32 where torch lets cuDNN do so and the target has TF32 units."""
+    if problem.dtype != "fp32" or not torch.backends.cudnn.allow_tf32:
+        return False
+    return target.backend == "cuda" or target.arch == "gfx942"
+
+
+def candidate_specs(problem, target) -> list[KernelSpec]:
+    block_m = _fit(problem.gemm_m, MAX_BLOCK_M)
+    block_n = _fit(problem.gemm_n, MAX_BLOCK_N)
+    stages = NUM_STAGES.get(target.backend, 1)
+    return [
+        KernelSpec(
+            family=FAMILY,
+            dtype=problem.dtype,
+            tile=Tile(block_m=block_m, block_n=block_n, block_k=bk, num_warps=NUM_WARPS, num_stages=stages),
+            allow_tf32=allows_tf32(problem, target),
+            wide_index=launcher.needs_wide_index(problem),
+        )
+        for bk in BLOCK_K_CHOICES
+    ]
+
+
+def not_supported_reasons(problem, spec, target) -> list[str]:
+    reasons = []
+    if not target.runs_triton:
+        reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
+    if spec.dtype != problem.dtype:
+        reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
+    if spec.group_merge != 1:
+        reasons.append(f"group_merge={spec.group_merge}: this family computes one group per program")
+    if spec.tile is None:
+        return reasons + ["needs a tile"]
+    small = [f"{n}={v}" for n, v in (("block_m", spec.tile.block_m), ("block_n", spec.tile.block_n),
+                                     ("block_k", spec.tile.block_k)) if v < MIN_BLOCK]
+    if small:
+        reasons.append(f"tl.dot needs tile dims >= {MIN_BLOCK}: {', '.join(small)}")
+    blocks = launcher.k_blocks(problem, spec)
+    if spec.split_k > blocks:
+        reasons.append(
+            f"split_k={spec.split_k} exceeds the {blocks} block_k={spec.tile.block_k} steps of "
+            f"K_gemm={problem.gemm_k}: some splits would be empty"
+        )
+    if spec.split_k > launcher.MAX_SPLIT_K:
+        reasons.append(f"split_k={spec.split_k} exceeds the family's limit {launcher.MAX_SPLIT_K}")
+    if spec.allow_tf32 and not allows_tf32(problem, target):
+        reasons.append(f"allow_tf32 is set but {problem.dtype} on {target.name} has no TF32 path allowed")
+    if launcher.needs_wide_index(problem) and not spec.wide_index:
+        reasons.append("a tensor holds >= 2**31 elements: needs wide_index (64-bit offsets)")
+    if not small:
+        for grid in launcher.grids(problem, spec):
+            for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
+                if size > limit:
+                    reasons.append(f"grid axis {axis} = {size} exceeds the limit {limit} of {target.name}")
+    return reasons
+
+
+def _mine(spec) -> bool:
+    return spec.family == FAMILY
+
+
+@hookimpl
+def convwgrad_register_families(registry):
+    registry.add(
+        FAMILY,
+        priority=PRIORITY,
+        description="implicit-GEMM dW, K_gemm split over workgroups, fp32 workspace + ordered reduction",
+        splits_k=True,
+    )
+
+
+@hookimpl
+def convwgrad_candidate_specs(problem, target):
+    return candidate_specs(problem, target)
+
+
+@hookimpl
+def convwgrad_support(problem, spec, target):
+    if _mine(spec):
+        return Verdict.from_reasons(not_supported_reasons(problem, spec, target))
+
+
+@hookimpl
+def convwgrad_workspace_nbytes(problem, spec):
+    if _mine(spec):
+        return launcher.workspace_nbytes(problem, spec)
+
+
+@hookimpl
+def convwgrad_grid(problem, spec, target):
+    if _mine(spec):
+        return launcher.grids(problem, spec)
+
+
+@hookimpl
+def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
+    if _mine(spec):
+        return launcher.launch(problem, spec, target, input, grad_output, out, workspace)
+
+
+@hookimpl
+def convwgrad_compile(problem, spec, target):
+    if _mine(spec):
+        return launcher.compile_kernels(problem, spec, target)

@@ -1,0 +1,147 @@
+"""Triton kernels of the split-K two-stage family.
+
+Every problem is handled as 3-D (1-D and 2-D pad the outer dims with size 1).
+Per group ``g`` the weight gradient is a GEMM
+
+    dW_g[m, j] = sum_k dY_g[m, k] * im2col(X_g)[k, j]
+
+with ``m`` an output channel of the group (M = kpg), ``j = ((c*FZ + z)*FY + y)*FX + x``
+a filter tap of input channel ``c`` (N_gemm = cpg*FZ*FY*FX), and
+``k = ((n*OD + od)*OH + oh)*OW + ow`` (K_gemm = N*OD*OH*OW).
+
+Grid of stage 1: (groups * split_k, tiles over N_gemm, tiles over M). Each
+program reduces one contiguous slice of K_gemm, ``K_PER_SPLIT`` long (a
+multiple of BLOCK_K), in a fixed order, and stores its tile: straight into dW
+when split_k == 1, else as fp32 partials into the workspace. Stage 2 sums the
+partials over the splits in split order and casts. No atomics: runs are
+bitwise reproducible.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _wgrad_splitk_kernel(
+    X,  # input (N, C, D, H, W), any strides
+    DY,  # grad_output (N, K, OD, OH, OW), any strides
+    OUT,  # dW (K, cpg, FZ, FY, FX) when SPLIT_K == 1, else the fp32 workspace (split, K, N_gemm)
+    D, H, W,  # input spatial size
+    OD, OH, OW,  # output spatial size
+    FZ, FY, FX,  # filter size
+    STRIDE_D, STRIDE_H, STRIDE_W,
+    PAD_D, PAD_H, PAD_W,  # padding before each dim (the after side only bounds the output size)
+    DIL_D, DIL_H, DIL_W,
+    CPG, KPG,  # channels per group: input, output
+    GEMM_N, GEMM_K,
+    K_PER_SPLIT,  # reduction length per split, a multiple of BLOCK_K
+    SPLIT_K,
+    stride_xn, stride_xc, stride_xd, stride_xh, stride_xw,
+    stride_dyn, stride_dyc, stride_dyd, stride_dyh, stride_dyw,
+    stride_os, stride_ok, stride_oc, stride_oz, stride_oy, stride_ox,  # OUT; stride_os spans splits
+    BLOCK_M: tl.constexpr,  # tile over M (output channels of a group)
+    BLOCK_N: tl.constexpr,  # tile over N_gemm (filter taps x input channels)
+    BLOCK_K: tl.constexpr,  # reduction step over N*OD*OH*OW
+    DOT_PRECISION: tl.constexpr,  # "ieee" or "tf32" (fp32 operands only)
+    IS_UPCAST_OPERANDS: tl.constexpr,  # interpreter only: its bf16 tl.dot is wrong, so dot in fp32
+    IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets for tensors of 2**31 elements or more
+):
+    pid_gs = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    group = pid_gs // SPLIT_K
+    split = pid_gs % SPLIT_K
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < KPG
+    mask_n = offs_n < GEMM_N
+    tap_x = offs_n % FX
+    rest = offs_n // FX
+    tap_y = rest % FY
+    rest = rest // FY
+    tap_z = rest % FZ
+    chan_c = rest // FZ
+
+    chan_x = group * CPG + chan_c
+    chan_dy = group * KPG + offs_m
+    if IS_WIDE_INDEX:
+        chan_x = chan_x.to(tl.int64)
+        chan_dy = chan_dy.to(tl.int64)
+    x_chan_off = chan_x * stride_xc
+    dy_chan_off = chan_dy * stride_dyc
+
+    k_lo = split * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, GEMM_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if IS_WIDE_INDEX:
+            offs_k = offs_k.to(tl.int64)
+        mask_k = offs_k < k_hi
+        ow = offs_k % OW
+        rest_k = offs_k // OW
+        oh = rest_k % OH
+        rest_k = rest_k // OH
+        od = rest_k % OD
+        n = rest_k // OD
+
+        dy_pos = n * stride_dyn + od * stride_dyd + oh * stride_dyh + ow * stride_dyw
+        a = tl.load(
+            DY + dy_chan_off[:, None] + dy_pos[None, :],
+            mask=mask_m[:, None] & mask_k[None, :],
+            other=0.0,
+        )
+
+        iz = (od * STRIDE_D - PAD_D)[:, None] + (tap_z * DIL_D)[None, :]
+        iy = (oh * STRIDE_H - PAD_H)[:, None] + (tap_y * DIL_H)[None, :]
+        ix = (ow * STRIDE_W - PAD_W)[:, None] + (tap_x * DIL_W)[None, :]
+        inside = (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+        x_off = (n * stride_xn)[:, None] + x_chan_off[None, :] + iz * stride_xd + iy * stride_xh + ix * stride_xw
+        b = tl.load(X + x_off, mask=mask_k[:, None] & mask_n[None, :] & inside, other=0.0)
+        if IS_UPCAST_OPERANDS:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+    row = group * KPG + offs_m
+    # A workspace of split_k dWs passes 2**31 elements long before one dW does.
+    split_off = split.to(tl.int64) * stride_os
+    if IS_WIDE_INDEX:
+        row = row.to(tl.int64)
+    col_off = chan_c * stride_oc + tap_z * stride_oz + tap_y * stride_oy + tap_x * stride_ox
+    out_ptrs = OUT + split_off + row[:, None] * stride_ok + col_off[None, :]
+    tl.store(out_ptrs, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _splitk_reduce_kernel(
+    WS,  # fp32 partials (SPLIT_K, K, N_gemm), contiguous
+    OUT,  # dW (K, cpg, FZ, FY, FX), any strides
+    TOTAL,  # K * N_gemm: elements of one split
+    FZ, FY, FX,
+    GEMM_N,
+    SPLIT_K,
+    stride_ok, stride_oc, stride_oz, stride_oy, stride_ox,
+    BLOCK: tl.constexpr,  # elements of dW per program
+    IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets for workspaces of 2**31 elements or more
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if IS_WIDE_INDEX:
+        offs = offs.to(tl.int64)
+    mask = offs < TOTAL
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    partials = WS + offs  # stepping the pointer keeps split * TOTAL out of 32-bit arithmetic
+    for _ in range(0, SPLIT_K):  # fixed order: deterministic sums
+        acc += tl.load(partials, mask=mask, other=0.0)
+        partials += TOTAL
+    row = offs // GEMM_N
+    col = offs % GEMM_N
+    tap_x = col % FX
+    rest = col // FX
+    tap_y = rest % FY
+    rest = rest // FY
+    tap_z = rest % FZ
+    chan_c = rest // FZ
+    out_off = row * stride_ok + chan_c * stride_oc + tap_z * stride_oz + tap_y * stride_oy + tap_x * stride_ox
+    tl.store(OUT + out_off, acc.to(OUT.dtype.element_ty), mask=mask)

@@ -1,0 +1,209 @@
+"""Launcher of the split-K two-stage family: geometry, grids, workspace, arguments, launch."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import triton
+
+from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.spec import KernelSpec
+from convwgrad.provider.target import TargetInfo, interpreter_enabled
+
+from .kernels import _splitk_reduce_kernel, _wgrad_splitk_kernel
+
+#: dW elements per stage-2 program. The reduction is a pure stream over
+#: split_k * |dW| fp32 values; 1024 elements (4 per thread at 8 warps) keeps
+#: loads 16 bytes wide. Not tuned: stage 2 is a few percent of stage 1.
+REDUCE_BLOCK = 1024
+REDUCE_WARPS = 8
+#: Largest split-K degree the family accepts: the workspace is split_k * |dW| fp32.
+MAX_SPLIT_K = 1024
+#: Offsets at or above this need 64-bit index arithmetic.
+INT32_LIMIT = 2**31
+
+_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def padded3(values, fill):
+    """A 1-, 2- or 3-tuple of spatial values left-padded to 3 with ``fill``."""
+    values = tuple(values)
+    return (fill,) * (3 - len(values)) + values
+
+
+def tiles(problem: ConvProblem, spec: KernelSpec) -> tuple[int, int]:
+    """(tiles over M, tiles over N_gemm) of one group."""
+    return triton.cdiv(problem.gemm_m, spec.tile.block_m), triton.cdiv(problem.gemm_n, spec.tile.block_n)
+
+
+def k_blocks(problem: ConvProblem, spec: KernelSpec) -> int:
+    return triton.cdiv(problem.gemm_k, spec.tile.block_k)
+
+
+def k_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
+    """Reduction length per split, whole BLOCK_K steps, so every split but the last is full."""
+    return triton.cdiv(k_blocks(problem, spec), spec.split_k) * spec.tile.block_k
+
+
+def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
+    """Stage 1: (groups * split_k, tiles over N_gemm, tiles over M); stage 2, if any: dW / REDUCE_BLOCK."""
+    tiles_m, tiles_n = tiles(problem, spec)
+    stage1 = (problem.groups * spec.split_k, tiles_n, tiles_m)
+    if not spec.two_stage:
+        return (stage1,)
+    return stage1, (triton.cdiv(math.prod(problem.weight_size), REDUCE_BLOCK), 1, 1)
+
+
+def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
+    """fp32 partials, one dW per split, sized by the true dW; 0 for one stage."""
+    return spec.split_k * math.prod(problem.weight_size) * 4 if spec.two_stage else 0
+
+
+def needs_wide_index(problem: ConvProblem) -> bool:
+    """Whether a tensor holds 2**31 elements or more. The workspace's split
+    offset is always 64-bit, so only one dW's extent counts for it."""
+    largest = max(math.prod(problem.input_shape), math.prod(problem.grad_output_shape), math.prod(problem.weight_size))
+    return largest >= INT32_LIMIT
+
+
+def _strides5(tensor: torch.Tensor) -> tuple[int, ...]:
+    """(n, c, d, h, w) strides of an (N, C, *spatial) tensor; 0 for the dims it lacks."""
+    n, c, *spatial = tensor.stride()
+    return (n, c, *padded3(spatial, 0))
+
+
+def _max_offset(tensor: torch.Tensor) -> int:
+    return sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+
+
+def _workspace_strides(problem: ConvProblem) -> tuple[int, ...]:
+    """(split, k, c, z, y, x) strides of the contiguous (split, K, cpg*FZ*FY*FX) workspace."""
+    fz, fy, fx = padded3(problem.filter_size, 1)
+    per_split = math.prod(problem.weight_size)
+    return (per_split, problem.gemm_n, fz * fy * fx, fy * fx, fx, 1)
+
+
+def _dot_precision(spec: KernelSpec) -> str:
+    return "tf32" if spec.allow_tf32 else "ieee"
+
+
+def stage1_args(
+    problem: ConvProblem, spec: KernelSpec, x, dy, out, out_strides, *, interpreted: bool
+) -> list[tuple[str, object]]:
+    """The stage-1 kernel's arguments in order; constexprs wrapped in :class:`Constexpr`."""
+    d, h, w = padded3(problem.input_size, 1)
+    od, oh, ow = padded3(problem.output_size, 1)
+    return [
+        ("X", x), ("DY", dy), ("OUT", out),
+        ("D", d), ("H", h), ("W", w),
+        ("OD", od), ("OH", oh), ("OW", ow),
+        *zip(("FZ", "FY", "FX"), padded3(problem.filter_size, 1)),
+        *zip(("STRIDE_D", "STRIDE_H", "STRIDE_W"), padded3(problem.stride, 1)),
+        *zip(("PAD_D", "PAD_H", "PAD_W"), padded3([lo for lo, _ in problem.padding], 0)),
+        *zip(("DIL_D", "DIL_H", "DIL_W"), padded3(problem.dilation, 1)),
+        ("CPG", problem.cpg), ("KPG", problem.kpg),
+        ("GEMM_N", problem.gemm_n), ("GEMM_K", problem.gemm_k),
+        ("K_PER_SPLIT", k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
+        *zip(("stride_xn", "stride_xc", "stride_xd", "stride_xh", "stride_xw"), _strides5(x)),
+        *zip(("stride_dyn", "stride_dyc", "stride_dyd", "stride_dyh", "stride_dyw"), _strides5(dy)),
+        *zip(("stride_os", "stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), out_strides),
+        ("BLOCK_M", Constexpr(spec.tile.block_m)),
+        ("BLOCK_N", Constexpr(spec.tile.block_n)),
+        ("BLOCK_K", Constexpr(spec.tile.block_k)),
+        ("DOT_PRECISION", Constexpr(_dot_precision(spec))),
+        ("IS_UPCAST_OPERANDS", Constexpr(interpreted and spec.dtype == "bf16")),
+        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
+    ]
+
+
+def stage2_args(problem: ConvProblem, spec: KernelSpec, workspace, out) -> list[tuple[str, object]]:
+    return [
+        ("WS", workspace), ("OUT", out),
+        ("TOTAL", math.prod(problem.weight_size)),
+        *zip(("FZ", "FY", "FX"), padded3(problem.filter_size, 1)),
+        ("GEMM_N", problem.gemm_n),
+        ("SPLIT_K", spec.split_k),
+        *zip(("stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), _strides5(out)),
+        ("BLOCK", Constexpr(REDUCE_BLOCK)),
+        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
+    ]
+
+
+def _values(args):
+    return [v.value if isinstance(v, Constexpr) else v for _, v in args]
+
+
+def _device_context(tensor: torch.Tensor):
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
+
+
+def check_grid(grid, target: TargetInfo, what: str) -> None:
+    for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
+        if size > limit:
+            raise ValueError(f"{what} grid axis {axis} = {size} exceeds the limit {limit} on {target.name}")
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    """Run stage 1 (and stage 2 for split_k > 1) on the tensors' device; return the kernels launched."""
+    if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
+        raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
+    stage_grids = grids(problem, spec)
+    for grid in stage_grids:
+        check_grid(grid, target, spec.kernel_name())
+    launched = []
+    with _device_context(input):
+        if spec.two_stage:
+            partials = workspace[: workspace_nbytes(problem, spec)].view(torch.float32)
+            target_tensor, out_strides = partials, _workspace_strides(problem)
+        else:
+            target_tensor, out_strides = out, (0, *_strides5(out))
+        args = stage1_args(
+            problem, spec, input, grad_output, target_tensor, out_strides, interpreted=interpreter_enabled()
+        )
+        tile = spec.tile
+        _wgrad_splitk_kernel[stage_grids[0]](*_values(args), num_warps=tile.num_warps, num_stages=tile.num_stages)
+        launched.append(_wgrad_splitk_kernel.__name__)
+        if spec.two_stage:
+            args = stage2_args(problem, spec, partials, out)
+            _splitk_reduce_kernel[stage_grids[1]](*_values(args), num_warps=REDUCE_WARPS, num_stages=1)
+            launched.append(_splitk_reduce_kernel.__name__)
+    return launched
+
+
+def _meta(shape, dtype: str, layout: str) -> torch.Tensor:
+    t = torch.empty(shape, dtype=_TORCH[dtype], device="meta")
+    if layout == "channels_last" and len(shape) in (4, 5):
+        return t.contiguous(memory_format=torch.channels_last if len(shape) == 4 else torch.channels_last_3d)
+    if layout == "channels_last" and len(shape) == 3:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t
+
+
+def compile_kernels(problem: ConvProblem, spec: KernelSpec, target: TargetInfo) -> list[CompiledKernel]:
+    """Compile stage 1 (and stage 2) for ``target`` with strides of the problem's layout."""
+    x = _meta(problem.input_shape, problem.dtype, problem.layout)
+    dy = _meta(problem.grad_output_shape, problem.dtype, problem.layout)
+    out = _meta(problem.weight_size, problem.dtype, "contiguous")
+    pointer = f"*{problem.dtype}"
+    as_types = lambda args, types: [(n, types.get(n, v)) for n, v in args]  # noqa: E731
+    if spec.two_stage:
+        args = stage1_args(problem, spec, x, dy, out, _workspace_strides(problem), interpreted=False)
+        args = as_types(args, {"X": pointer, "DY": pointer, "OUT": "*fp32"})
+    else:
+        args = as_types(stage1_args(problem, spec, x, dy, out, (0, *_strides5(out)), interpreted=False), {"X": pointer, "DY": pointer, "OUT": pointer})
+    name = spec.kernel_name()
+    tile = spec.tile
+    compiled = [
+        triton_compile(_wgrad_splitk_kernel, args, target=target, num_warps=tile.num_warps,
+                       num_stages=tile.num_stages, name=f"{name}.stage1")
+    ]
+    if spec.two_stage:
+        args = as_types(stage2_args(problem, spec, out, out), {"WS": "*fp32", "OUT": pointer})
+        compiled.append(
+            triton_compile(_splitk_reduce_kernel, args, target=target, num_warps=REDUCE_WARPS,
+                           num_stages=1, name=f"{name}.stage2")
+        )
+    return compiled

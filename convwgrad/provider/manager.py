@@ -1,0 +1,84 @@
+"""Building the plugin manager: the one place that knows which plugins exist."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import threading
+import weakref
+
+import pluggy
+
+from . import hookspecs
+from .registry import FamilyRegistry
+
+PROJECT = "convwgrad"
+#: Entry-point group third-party kernel families are discovered through.
+ENTRYPOINT_GROUP = "convwgrad.plugins"
+#: Comma-separated plugin names (built-in module names or entry-point names) to block.
+DISABLE_ENV = "CONVWGRAD_DISABLE_PLUGINS"
+
+#: Built-in plugins, registered by module name so the core imports none of their internals.
+DEFAULT_PLUGINS = (
+    "convwgrad.plugins.wgrad_splitk",
+    "convwgrad.plugins.aten_fallback",
+    "convwgrad.selectors",
+)
+
+
+def build_plugin_manager(
+    *, default_plugins=DEFAULT_PLUGINS, load_entrypoints: bool = True
+) -> pluggy.PluginManager:
+    """Create a plugin manager with the hookspecs, entry-point plugins and built-ins."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for name in filter(None, (n.strip() for n in os.environ.get(DISABLE_ENV, "").split(","))):
+        pm.set_blocked(name)
+    if load_entrypoints:
+        pm.load_setuptools_entrypoints(ENTRYPOINT_GROUP)
+    for module_name in default_plugins:
+        if pm.is_blocked(module_name):
+            continue
+        pm.register(importlib.import_module(module_name), name=module_name)
+    pm.check_pending()
+    return pm
+
+
+_lock = threading.Lock()
+_current: pluggy.PluginManager | None = None
+_families: "weakref.WeakKeyDictionary[pluggy.PluginManager, FamilyRegistry]" = weakref.WeakKeyDictionary()
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, built on first use."""
+    global _current
+    if _current is None:
+        with _lock:
+            if _current is None:
+                _current = build_plugin_manager()
+    return _current
+
+
+def families(pm: pluggy.PluginManager | None = None) -> FamilyRegistry:
+    """The families the plugins of ``pm`` registered (cached per manager)."""
+    pm = pm or get_plugin_manager()
+    registry = _families.get(pm)
+    if registry is None:
+        registry = FamilyRegistry()
+        pm.hook.convwgrad_register_families(registry=registry)
+        _families[pm] = registry
+    return registry
+
+
+@contextlib.contextmanager
+def use_plugin_manager(pm: pluggy.PluginManager):
+    """Make ``pm`` the process-wide manager inside the block (tests, experiments)."""
+    global _current
+    with _lock:
+        previous, _current = _current, pm
+    try:
+        yield pm
+    finally:
+        with _lock:
+            _current = previous

@@ -1,0 +1,187 @@
+"""plan() and explain(): which kernel computes a problem, and why.
+
+Planning is cheap (no compilation, no timing): it asks each family for its
+candidate specs, lets the split-K selector set degrees, asks each family
+whether it admits its specs, and lets the selector choose.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .manager import families, get_plugin_manager
+from .problem import ConvProblem
+from .registry import Choice
+from .spec import KernelSpec, Tile, Verdict
+from .target import TargetInfo, resolve_target
+
+#: Keyword pins plan() accepts; each forces one field of every candidate.
+PINS = ("family", "split_k", "group_merge", "tile")
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    problem: ConvProblem
+    target: TargetInfo
+    spec: KernelSpec
+    #: one (x, y, z) grid per kernel launched; () for a family with no Triton kernel
+    grid: tuple[tuple[int, int, int], ...]
+    workspace_nbytes: int
+    #: the selection rule that chose this spec
+    rule: str
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    @property
+    def kernel_name(self) -> str:
+        return self.spec.kernel_name()
+
+    @property
+    def group_merge(self) -> int:
+        return self.spec.group_merge
+
+    @property
+    def split_k(self) -> int:
+        return self.spec.split_k
+
+    @property
+    def two_stage(self) -> bool:
+        return self.spec.two_stage
+
+
+class NoCandidateError(ValueError):
+    """No candidate spec admits the problem; the message lists every candidate's reasons."""
+
+    def __init__(self, problem: ConvProblem, target: TargetInfo, candidates, pins: dict):
+        self.problem = problem
+        self.candidates = candidates
+        pinned = f" with pins {pins}" if pins else ""
+        lines = [f"no kernel admits {problem.describe()} on {target.name}{pinned}:"]
+        if not candidates:
+            lines.append("  (no family offered a candidate)")
+        for spec, verdict in candidates:
+            lines.append(f"  {spec.kernel_name()}: {verdict}")
+        super().__init__("\n".join(lines))
+
+
+def _check_pins(pins: dict, registry) -> None:
+    unknown = set(pins) - set(PINS)
+    if unknown:
+        raise TypeError(f"unknown pin(s) {sorted(unknown)}; plan() takes {', '.join(PINS)}")
+    if "family" in pins and pins["family"] not in registry:
+        raise ValueError(f"family={pins['family']!r} is not registered; known: {', '.join(registry.names())}")
+    if "tile" in pins and not isinstance(pins["tile"], Tile):
+        raise TypeError(f"tile pin must be a Tile, got {pins['tile']!r}")
+    for name in ("split_k", "group_merge"):
+        if name in pins and (not isinstance(pins[name], int) or pins[name] < 1):
+            raise ValueError(f"{name}={pins[name]!r}: must be a positive int")
+
+
+def candidates(problem: ConvProblem, target=None, **pins) -> list[tuple[KernelSpec, Verdict]]:
+    """Every candidate spec for ``problem`` with its verdict, pins applied."""
+    pm = get_plugin_manager()
+    registry = families(pm)
+    target = resolve_target(target)
+    _check_pins(pins, registry)
+    offered = [s for specs in pm.hook.convwgrad_candidate_specs(problem=problem, target=target) for s in specs or ()]
+    seen: set[KernelSpec] = set()
+    judged = []
+    for spec in offered:
+        if "family" in pins and spec.family != pins["family"]:
+            continue
+        if "tile" in pins and spec.tile is not None:
+            spec = attrs.evolve(spec, tile=pins["tile"])
+        if "group_merge" in pins:
+            spec = attrs.evolve(spec, group_merge=pins["group_merge"])
+        if "split_k" in pins:
+            spec = attrs.evolve(spec, split_k=pins["split_k"])
+        elif registry[spec.family].splits_k:
+            chosen = pm.hook.convwgrad_choose_split_k(problem=problem, spec=spec, target=target)
+            spec = attrs.evolve(spec, split_k=chosen or 1)
+        if spec in seen:
+            continue
+        seen.add(spec)
+        verdict = pm.hook.convwgrad_support(problem=problem, spec=spec, target=target)
+        if verdict is None:
+            verdict = Verdict.refuse(f"no plugin judges family {spec.family!r}")
+        judged.append((spec, verdict))
+    return judged
+
+
+def plan_spec(problem: ConvProblem, spec: KernelSpec, target: TargetInfo, rule: str) -> Plan:
+    """The plan that runs ``spec`` as given (already judged admissible)."""
+    pm = get_plugin_manager()
+    grid = pm.hook.convwgrad_grid(problem=problem, spec=spec, target=target)
+    nbytes = pm.hook.convwgrad_workspace_nbytes(problem=problem, spec=spec)
+    return Plan(
+        problem=problem,
+        target=target,
+        spec=spec,
+        grid=tuple(grid or ()),
+        workspace_nbytes=int(nbytes or 0),
+        rule=rule,
+    )
+
+
+def _choose(problem, target, judged) -> Choice | None:
+    pm = get_plugin_manager()
+    return pm.hook.convwgrad_select(
+        problem=problem, target=target, candidates=judged, families=families(pm)
+    )
+
+
+def plan(problem: ConvProblem, target=None, **pins) -> Plan:
+    """Choose the kernel for ``problem`` on ``target`` (a profile name, device, or None).
+
+    Pins (``family=``, ``split_k=``, ``group_merge=``, ``tile=``) force a
+    choice; a pin no family admits raises :class:`NoCandidateError`
+    (a ``ValueError``) carrying every refusal reason.
+    """
+    target = resolve_target(target)
+    judged = candidates(problem, target, **pins)
+    choice = _choose(problem, target, judged)
+    if choice is None:
+        raise NoCandidateError(problem, target, judged, pins)
+    return plan_spec(problem, choice.spec, target, choice.rule)
+
+
+@attrs.frozen
+class Explanation:
+    problem: ConvProblem
+    target: TargetInfo
+    candidates: list
+    plan: Plan | None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        lines = [f"problem: {self.problem.describe()}", f"target:  {self.target}"]
+        lines.append(
+            f"gemm:    M={self.problem.gemm_m} N={self.problem.gemm_n} K={self.problem.gemm_k} "
+            f"x {self.problem.groups} groups"
+        )
+        lines.append("candidates:")
+        for spec, verdict in self.candidates:
+            mark = "*" if self.plan is not None and spec == self.plan.spec else " "
+            lines.append(f" {mark} {spec.kernel_name()}: {verdict}")
+        if self.plan is not None:
+            p = self.plan
+            lines.append(
+                f"choice:  {p.kernel_name} (family {p.family}, gm {p.group_merge}, spk {p.split_k}, "
+                f"grid {list(p.grid)}, workspace {p.workspace_nbytes} B)"
+            )
+            lines.append(f"rule:    {p.rule}")
+        else:
+            lines.append(f"choice:  none\n{self.error}")
+        return "\n".join(lines)
+
+
+def explain(problem: ConvProblem, target=None, **pins) -> Explanation:
+    """Every candidate with its verdict, and the choice; ``print()`` it to read it."""
+    target = resolve_target(target)
+    judged = candidates(problem, target, **pins)
+    choice = _choose(problem, target, judged)
+    if choice is None:
+        return Explanation(problem, target, judged, None, str(NoCandidateError(problem, target, judged, pins)))
+    return Explanation(problem, target, judged, plan_spec(problem, choice.spec, target, choice.rule))

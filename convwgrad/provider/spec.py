@@ -1,0 +1,102 @@
+"""Kernel specs (what to compile and launch) and support verdicts (whether it may)."""
+
+from __future__ import annotations
+
+import attrs
+from attrs import field
+from attrs.validators import in_, instance_of
+
+from .problem import DTYPES, _positive_int
+
+
+def _power_of_two(instance, attribute, value):
+    if not isinstance(value, int) or value < 1 or value & (value - 1):
+        raise ValueError(f"{attribute.name} must be a power of two, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Tile:
+    """The block shape of a Triton implicit-GEMM kernel and its launch options."""
+
+    block_m: int = field(validator=_power_of_two)  # rows of dW (output channels in a group)
+    block_n: int = field(validator=_power_of_two)  # columns of dW (filter taps x input channels)
+    block_k: int = field(validator=_power_of_two)  # reduction step over N*Do*Ho*Wo
+    num_warps: int = field(default=4, validator=_power_of_two)
+    num_stages: int = field(default=2, validator=_positive_int)
+
+    @property
+    def name(self) -> str:
+        return f"m{self.block_m}n{self.block_n}k{self.block_k}w{self.num_warps}s{self.num_stages}"
+
+
+@attrs.frozen(kw_only=True)
+class KernelSpec:
+    """One configuration of one kernel family.
+
+    Every field changes what runs, so :meth:`kernel_name` encodes all of them
+    and a cache keyed by name never hands one variant another's binary.
+    """
+
+    family: str = field(validator=instance_of(str))
+    dtype: str = field(validator=in_(DTYPES))
+    tile: Tile | None = field(default=None, validator=attrs.validators.optional(instance_of(Tile)))
+    split_k: int = field(default=1, validator=_positive_int)
+    group_merge: int = field(default=1, validator=_power_of_two)
+    #: fp32 only: let the matrix units round operands to TF32, as cuDNN does when
+    #: ``torch.backends.cudnn.allow_tf32`` is set.
+    allow_tf32: bool = field(default=False, validator=instance_of(bool))
+    #: 64-bit element offsets, needed once a tensor holds 2**31 elements or more.
+    wide_index: bool = field(default=False, validator=instance_of(bool))
+
+    @property
+    def two_stage(self) -> bool:
+        """split_k > 1 writes fp32 partials to a workspace, then reduces them in a second kernel."""
+        return self.split_k > 1
+
+    def kernel_name(self) -> str:
+        parts = [self.family, self.dtype]
+        if self.tile is not None:
+            parts.append(self.tile.name)
+        parts.append(f"spk{self.split_k}")
+        parts.append("2stage" if self.two_stage else "1stage")
+        if self.group_merge > 1:
+            parts.append(f"gm{self.group_merge}")
+        if self.allow_tf32:
+            parts.append("tf32")
+        if self.wide_index:
+            parts.append("i64")
+        return "_".join(parts)
+
+
+@attrs.frozen
+class Verdict:
+    """A family's answer to "can this spec run this problem on this target?".
+
+    Falsy when refused; a refusal always carries at least one reason.
+    """
+
+    reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def admit(cls) -> "Verdict":
+        return cls(())
+
+    @classmethod
+    def refuse(cls, *reasons: str) -> "Verdict":
+        if not reasons:
+            raise ValueError("a refusal needs at least one reason")
+        return cls(tuple(reasons))
+
+    @classmethod
+    def from_reasons(cls, reasons) -> "Verdict":
+        return cls(tuple(reasons))
+
+    @property
+    def admitted(self) -> bool:
+        return not self.reasons
+
+    def __bool__(self) -> bool:
+        return self.admitted
+
+    def __str__(self) -> str:
+        return "admitted" if self.admitted else "refused: " + "; ".join(self.reasons)

@@ -1,0 +1,28 @@
+"""A simple split-K policy: enough workgroups to fill the device, never an empty split."""
+
+from __future__ import annotations
+
+import math
+
+#: Workgroups per compute unit the split aims for: two waves hide the tail of
+#: the first. A starting point, not a tuned value (the selectors issue replaces it).
+TARGET_WAVES = 2
+#: Each split reduces at least this many block_k steps, so the fp32 workspace
+#: round trip stays small next to the split's own loads.
+MIN_BLOCKS_PER_SPLIT = 4
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def choose_split_k(problem, spec, target) -> int:
+    """split_k for a tiled spec: fill ``TARGET_WAVES`` waves of ``target``'s compute units."""
+    if spec.tile is None:
+        return 1
+    tile = spec.tile
+    base_grid = problem.groups * _cdiv(problem.gemm_m, tile.block_m) * _cdiv(problem.gemm_n, tile.block_n)
+    wanted = _cdiv(TARGET_WAVES * target.compute_units, base_grid)
+    k_steps = _cdiv(problem.gemm_k, tile.block_k)
+    cap = min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // problem.groups)
+    return max(1, min(wanted, cap))
