@@ -7,9 +7,12 @@ kernel to Triton's compiler; nothing is launched, so it runs on any machine.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import pickle
 import re
 import subprocess
+import sys
 import tempfile
 
 import attrs
@@ -17,7 +20,10 @@ import attrs
 from .manager import get_plugin_manager
 from .plan import plan as make_plan
 from .problem import ConvProblem
-from .target import resolve_target
+from .target import interpreter_enabled, resolve_target
+
+#: A compile of one family's kernels takes seconds; a hung compiler should not hang the caller.
+COMPILE_TIMEOUT_S = 600
 
 _TRITON_DTYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
 
@@ -40,11 +46,40 @@ def compile(problem: ConvProblem, target=None, **spec_overrides) -> list[Compile
     None for the current device. Returns one :class:`CompiledKernel` per kernel.
     """
     target = resolve_target(target)
+    if interpreter_enabled():
+        return _compile_in_subprocess(problem, target, spec_overrides)
     chosen = make_plan(problem, target, **spec_overrides)
     compiled = get_plugin_manager().hook.convwgrad_compile(problem=problem, spec=chosen.spec, target=target)
     if compiled is None:
         raise RuntimeError(f"no plugin compiles family {chosen.family!r}")
     return list(compiled)
+
+
+def _compile_in_subprocess(problem, target, spec_overrides) -> list[CompiledKernel]:
+    """Compile in a fresh interpreter-free Python: with TRITON_INTERPRET=1 set at import, Triton's
+    own standard-library functions are interpreted wrappers its compiler cannot use. The child
+    builds the default plugin manager, so a manager installed with use_plugin_manager() is not seen."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    request = pickle.dumps((problem, target, spec_overrides))
+    done = subprocess.run(
+        [sys.executable, "-c", "from convwgrad.provider.aot import _compile_worker; _compile_worker()"],
+        input=request, capture_output=True, env=env, timeout=COMPILE_TIMEOUT_S,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling in a subprocess failed:\n{done.stderr.decode(errors='replace')[-4000:]}")
+    result = pickle.loads(done.stdout)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _compile_worker() -> None:
+    problem, target, spec_overrides = pickle.loads(sys.stdin.buffer.read())
+    try:
+        result = compile(problem, target, **spec_overrides)
+    except Exception as exc:  # ValueError of a refused pin goes back to the caller as itself
+        result = exc
+    sys.stdout.buffer.write(pickle.dumps(result))
 
 
 def triton_compile(kernel, args, *, target, num_warps: int, num_stages: int, name: str) -> CompiledKernel:

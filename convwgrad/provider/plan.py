@@ -54,16 +54,19 @@ class Plan:
 class NoCandidateError(ValueError):
     """No candidate spec admits the problem; the message lists every candidate's reasons."""
 
-    def __init__(self, problem: ConvProblem, target: TargetInfo, candidates, pins: dict):
-        self.problem = problem
-        self.candidates = candidates
+    def __init__(self, message: str, candidates=()):
+        super().__init__(message)
+        self.candidates = list(candidates)
+
+    @classmethod
+    def build(cls, problem: ConvProblem, target: TargetInfo, candidates, pins: dict) -> "NoCandidateError":
         pinned = f" with pins {pins}" if pins else ""
         lines = [f"no kernel admits {problem.describe()} on {target.name}{pinned}:"]
         if not candidates:
             lines.append("  (no family offered a candidate)")
         for spec, verdict in candidates:
             lines.append(f"  {spec.kernel_name()}: {verdict}")
-        super().__init__("\n".join(lines))
+        return cls("\n".join(lines), candidates)
 
 
 def _check_pins(pins: dict, registry) -> None:
@@ -143,7 +146,7 @@ def plan(problem: ConvProblem, target=None, **pins) -> Plan:
     judged = candidates(problem, target, **pins)
     choice = _choose(problem, target, judged)
     if choice is None:
-        raise NoCandidateError(problem, target, judged, pins)
+        raise NoCandidateError.build(problem, target, judged, pins)
     return plan_spec(problem, choice.spec, target, choice.rule)
 
 
@@ -183,5 +186,5 @@ def explain(problem: ConvProblem, target=None, **pins) -> Explanation:
     judged = candidates(problem, target, **pins)
     choice = _choose(problem, target, judged)
     if choice is None:
-        return Explanation(problem, target, judged, None, str(NoCandidateError(problem, target, judged, pins)))
+        return Explanation(problem, target, judged, None, str(NoCandidateError.build(problem, target, judged, pins)))
     return Explanation(problem, target, judged, plan_spec(problem, choice.spec, target, choice.rule))

@@ -153,8 +153,6 @@ def resolve_target(target) -> TargetInfo:
     """A TargetInfo from a TargetInfo, a profile name, a device, or None (the current device)."""
     if isinstance(target, TargetInfo):
         return target
-    if isinstance(target, str) and target in PROFILES:
-        return PROFILES[target]
     if target is None or not isinstance(target, str) or target.split(":")[0] in ("cuda", "cpu"):
-        return current_target(target)
+        return current_target(target)  # a device: "cpu" means this process's CPU path
     return profile(target)

@@ -1,0 +1,198 @@
+"""Sweep every admissible config of a problem, verify each against the reference, time the ones that pass."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import attrs
+import torch
+
+from .provider.dispatch import dispatch_conv_grouped, record_launches
+from .provider.plan import candidates, plan as make_plan, plan_spec
+from .provider.problem import ConvProblem
+from .provider.reference import TOLERANCE, TOLERANCE_TF32, reference_weight_grad, relative_error
+from .provider.spec import KernelSpec
+from .provider.target import current_target
+
+#: split_k degrees every sweep tries (the planned degree is added); inadmissible ones drop out.
+SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@attrs.frozen(kw_only=True)
+class ConfigResult:
+    spec: KernelSpec
+    error: float
+    passed: bool
+    time_ms: float | None  # median; None when verification failed
+    planned: bool
+    note: str = ""
+
+    def row(self) -> dict:
+        tile = self.spec.tile
+        return {
+            "kernel_name": self.spec.kernel_name(),
+            "family": self.spec.family,
+            "gm": self.spec.group_merge,
+            "spk": self.spec.split_k,
+            "tile": tile.name if tile else "-",
+            "error": self.error,
+            "passed": self.passed,
+            "time_ms": self.time_ms,
+            "planned": self.planned,
+            "note": self.note,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class ProblemResult:
+    label: str
+    problem: ConvProblem
+    device: str
+    timed_on_gpu: bool
+    results: tuple[ConfigResult, ...]
+
+    def ranked(self) -> list[ConfigResult]:
+        return sorted((r for r in self.results if r.passed), key=lambda r: r.time_ms)
+
+    def failed(self) -> list[ConfigResult]:
+        return [r for r in self.results if not r.passed]
+
+
+def make_inputs(problem: ConvProblem, device, generator=None):
+    """Fresh random input and grad_output in the problem's dtype and layout."""
+    dtype = _TORCH[problem.dtype]
+    x = torch.randn(problem.input_shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)
+    dy = torch.randn(problem.grad_output_shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)
+    if problem.layout == "channels_last":
+        x, dy = to_channels_last(x), to_channels_last(dy)
+    return x, dy
+
+
+def to_channels_last(t: torch.Tensor) -> torch.Tensor:
+    if t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.contiguous(memory_format=torch.channels_last_3d)
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def sweep_specs(problem: ConvProblem, target) -> list[KernelSpec]:
+    """Every admissible spec: each family's candidates at each split_k degree, the planned one included."""
+    chosen = make_plan(problem, target).spec
+    specs = [chosen]
+    for split in SWEEP_SPLITS:
+        for spec, verdict in candidates(problem, target, split_k=split):
+            if verdict and spec not in specs:
+                specs.append(spec)
+    return specs
+
+
+def tolerance(spec: KernelSpec) -> float:
+    return TOLERANCE_TF32 if spec.allow_tf32 else TOLERANCE[spec.dtype]
+
+
+def _time_ms(fn, *, on_gpu: bool, warmup_ms: float, rep_ms: float) -> float:
+    if on_gpu:
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    fn()  # the interpreter: one warm run, three timed, wall clock
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def bench_problem(
+    label: str,
+    problem: ConvProblem,
+    *,
+    device=None,
+    warmup_ms: float = 25,
+    rep_ms: float = 100,
+    progress=None,
+    seed: int = 0,
+) -> ProblemResult:
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    target = current_target(device)
+    on_gpu = device.type == "cuda"
+    generator = torch.Generator().manual_seed(seed)
+    x, dy = make_inputs(problem, device, generator)
+    reference = reference_weight_grad(problem, x, dy)
+    planned = make_plan(problem, target)
+    results = []
+    specs = sweep_specs(problem, target)
+    for index, spec in enumerate(specs):
+        if progress:
+            progress(index, len(specs), spec.kernel_name())
+        config = plan_spec(problem, spec, target, "pinned by bench")
+        out = torch.full(problem.weight_size, float("nan"), dtype=x.dtype, device=device)
+        note = ""
+        try:
+            with record_launches() as log:
+                dispatch_conv_grouped(problem, x, dy, plan=config, out=out)
+            if log[-1].family != spec.family:
+                note = f"ran {log[-1].family}, not {spec.family}"
+            error = relative_error(out, reference)
+        except Exception as exc:  # a config that crashes is a failure to report, not a reason to stop
+            error, note = float("inf"), f"{type(exc).__name__}: {exc}"[:200]
+        passed = error <= tolerance(spec) and not note
+        time_ms = None
+        if passed:
+            time_ms = _time_ms(
+                lambda: dispatch_conv_grouped(problem, x, dy, plan=config, out=out),
+                on_gpu=on_gpu, warmup_ms=warmup_ms, rep_ms=rep_ms,
+            )
+        results.append(ConfigResult(spec=spec, error=error, passed=passed, time_ms=time_ms,
+                                    planned=spec == planned.spec, note=note))
+    if progress:
+        progress(len(specs), len(specs), "")
+    return ProblemResult(label=label, problem=problem, device=str(device), timed_on_gpu=on_gpu, results=tuple(results))
+
+
+def format_table(result: ProblemResult) -> str:
+    p = result.problem
+    ranked = result.ranked()
+    lines = [f"== {result.label}: {p.describe()}"]
+    floor_note = ""
+    if ranked and result.timed_on_gpu:
+        best = ranked[0].time_ms
+        floor_note = f"  (min bytes {p.min_bytes / 1e6:.1f} MB; best {p.min_bytes / best / 1e6:.0f} GB/s)"
+    lines.append(f"   {len(ranked)} passed, {len(result.failed())} failed verification{floor_note}")
+    lines.append(f"   {'rank':>4} {'time_us':>10} {'x best':>7} {'family':<13} {'gm':>3} {'spk':>4} {'tile':<16} {'rel_err':>9}  kernel")
+    for rank, r in enumerate(ranked, start=1):
+        mark = "  <- plan" if r.planned else ""
+        tile = r.spec.tile.name if r.spec.tile else "-"
+        lines.append(
+            f"   {rank:>4} {r.time_ms * 1e3:>10.1f} {r.time_ms / ranked[0].time_ms:>7.2f} {r.spec.family:<13} "
+            f"{r.spec.group_merge:>3} {r.spec.split_k:>4} {tile:<16} {r.error:>9.2e}  {r.spec.kernel_name()}{mark}"
+        )
+    for r in result.failed():
+        lines.append(f"   FAILED {r.spec.kernel_name()}: rel_err {r.error:.2e} > {tolerance(r.spec):.0e} {r.note}")
+    if not result.timed_on_gpu:
+        lines.append("   (no GPU: kernels ran in the Triton interpreter; these timings mean nothing)")
+    return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal (or forced)."""
+
+    def __init__(self, label: str, enabled: bool | None = None):
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{self.label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what[:50]:<50}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()

@@ -1,0 +1,135 @@
+"""The ``convwgrad`` command: bench, explain, compile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _problems(args) -> list:
+    from .shapes import CPU_DEMO, GPU_DEMO, parse_shape, read_csv
+
+    defaults = {"dtype": args.dtype, "layout": args.layout}
+    problems = [parse_shape(s, **defaults) for s in args.shape or ()]
+    for path in args.csv or ():
+        problems += read_csv(path, **defaults)
+    if not problems and getattr(args, "demo_ok", False):
+        import torch
+
+        demo = GPU_DEMO if torch.cuda.is_available() else CPU_DEMO
+        problems = [parse_shape(s, **defaults) for s in demo]
+    if not problems:
+        raise SystemExit("give --shape KEY=VALUE,... or --csv FILE")
+    return problems
+
+
+def _add_problem_args(parser, *, demo: bool):
+    parser.add_argument("--shape", action="append", metavar="SPEC",
+                        help="e.g. N=32,C=144,H=56,W=56,k=3,s=1,g=144 (repeatable)")
+    parser.add_argument("--csv", action="append", metavar="FILE", help="a CSV file with one shape per row")
+    parser.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
+    parser.add_argument("--layout", default="channels_last", choices=("contiguous", "channels_last"))
+    parser.set_defaults(demo_ok=demo)
+
+
+def cmd_bench(args) -> int:
+    import torch
+
+    from .bench import ProgressBar, bench_problem, format_table
+
+    problems = _problems(args)
+    if not torch.cuda.is_available():
+        print("no GPU found: running the kernels through the Triton interpreter on the CPU; "
+              "timings there mean nothing", file=sys.stderr)
+    results = []
+    for label, problem in problems:
+        progress = ProgressBar(label, enabled=None if args.progress is None else args.progress)
+        result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress)
+        results.append(result)
+        if not args.json:
+            print(format_table(result), flush=True)
+    if args.json:
+        json.dump(
+            [
+                {"label": r.label, "problem": r.problem.describe(), "device": r.device,
+                 "timed_on_gpu": r.timed_on_gpu, "configs": [c.row() for c in r.results]}
+                for r in results
+            ],
+            sys.stdout,
+            indent=1,
+        )
+        print()
+    failed = sum(len(r.failed()) for r in results)
+    return 1 if failed else 0
+
+
+def cmd_explain(args) -> int:
+    from .provider.plan import explain
+
+    pins = {"split_k": args.split_k} if args.split_k else {}
+    for label, problem in _problems(args):
+        print(f"== {label}")
+        print(explain(problem, args.target, **pins))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from .provider.aot import compile as aot_compile
+
+    pins = {"split_k": args.split_k} if args.split_k else {}
+    for label, problem in _problems(args):
+        print(f"== {label}: {problem.describe()} -> {args.target}")
+        kernels = aot_compile(problem, args.target, **pins)
+        if not kernels:
+            print("   nothing to compile (the plan chose a family with no Triton kernel)")
+        for kernel in kernels:
+            print(f"   {kernel.name}\n      {kernel.isa()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="convwgrad", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="verify and time every admissible config; rank them")
+    _add_problem_args(bench, demo=True)
+    bench.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    bench.add_argument("--warmup-ms", type=float, default=25.0)
+    bench.add_argument("--rep-ms", type=float, default=100.0)
+    bench.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (default: when stderr is a terminal)")
+    bench.set_defaults(func=cmd_bench)
+
+    explain = sub.add_parser("explain", help="every candidate with its verdict, and the choice")
+    _add_problem_args(explain, demo=False)
+    explain.add_argument("--target", default=None, help="sm_90, gfx950, ... (default: this machine)")
+    explain.add_argument("--split-k", type=int, default=None, help="pin the split-K degree")
+    explain.set_defaults(func=cmd_explain)
+
+    comp = sub.add_parser("compile", help="compile the planned kernels for a target and read the ISA")
+    _add_problem_args(comp, demo=False)
+    comp.add_argument("--target", default="gfx950", help="gfx950 (default), sm_90, ...")
+    comp.add_argument("--split-k", type=int, default=None, help="pin the split-K degree")
+    comp.set_defaults(func=cmd_compile)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "bench" and "TRITON_INTERPRET" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            # Must be set before the kernels' module is imported (when the plugins load).
+            os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"convwgrad: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

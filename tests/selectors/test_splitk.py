@@ -1,0 +1,45 @@
+"""The simple split-K policy: fill the device, never an empty split, never past the grid limit."""
+
+import pytest
+
+from convwgrad.provider import PROFILES, ConvProblem, KernelSpec, Tile, plan
+from convwgrad.selectors.splitk import MIN_BLOCKS_PER_SPLIT, TARGET_WAVES, choose_split_k
+
+TILE = Tile(block_m=16, block_n=16, block_k=64)
+
+
+def spec(dtype="bf16"):
+    return KernelSpec(family="wgrad_splitk", dtype=dtype, tile=TILE)
+
+
+def depthwise(channels, hw, batch=32):
+    return ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(hw, hw),
+                             filter_size=3, padding=1)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_small_grid_is_split_to_fill_waves(target):
+    t = PROFILES[target]
+    p = depthwise(32, 56)  # base grid 32 programs
+    split = choose_split_k(p, spec(), t)
+    assert split == -(-TARGET_WAVES * t.compute_units // 32)
+
+
+def test_large_group_count_is_not_split():
+    p = depthwise(4096, 56)
+    assert choose_split_k(p, spec(), PROFILES["sm_90"]) == 1
+
+
+def test_shallow_k_caps_the_split():
+    p = depthwise(8, 4, batch=1)  # K_gemm = 16: one 64-wide step
+    assert choose_split_k(p, spec(), PROFILES["gfx950"]) == 1
+    p = depthwise(8, 16, batch=4)  # K_gemm = 1024: 16 steps -> at most 16 / MIN_BLOCKS_PER_SPLIT
+    assert choose_split_k(p, spec(), PROFILES["gfx950"]) == 16 // MIN_BLOCKS_PER_SPLIT
+
+
+@pytest.mark.parametrize("channels", [1, 7, 64, 1000, 65537])
+def test_planned_split_within_grid_and_k(channels):
+    t = PROFILES["sm_90"]
+    chosen = plan(depthwise(channels, 28), t)
+    assert all(size <= limit for size, limit in zip(chosen.grid[0], t.max_grid))
+    assert chosen.split_k <= -(-chosen.problem.gemm_k // chosen.spec.tile.block_k)

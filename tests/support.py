@@ -1,0 +1,71 @@
+"""Checks shared by the kernel tests: fresh random inputs, NaN-poisoned outputs, the family that ran."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import torch
+
+import convwgrad
+from convwgrad.bench import make_inputs
+from convwgrad.provider import ConvProblem, Tile, reference_weight_grad, relative_error
+from convwgrad.provider.dispatch import dispatch_conv_grouped, record_launches
+from convwgrad.provider.reference import TOLERANCE
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@attrs.frozen
+class Outcome:
+    out: torch.Tensor
+    error: float
+    plan: object
+    launches: list
+    workspace: torch.Tensor | None
+
+
+def describe_mismatch(out: torch.Tensor, ref: torch.Tensor) -> str:
+    """Where and how badly ``out`` differs: NaN/inf counts and the worst element (Liger-style)."""
+    out64 = out.detach().double().cpu()
+    diff = (out64 - ref).abs()
+    nan, inf = torch.isnan(out64).sum().item(), torch.isinf(out64).sum().item()
+    worst = torch.nan_to_num(diff, nan=float("inf")).argmax().item()
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), out.shape))
+    return (f"{nan} NaN, {inf} inf of {out.numel()}; worst at {index}: got {out64[index].item():.6g}, "
+            f"expected {ref[index].item():.6g}")
+
+
+def run_checked(problem: ConvProblem, *, family="wgrad_splitk", device=DEVICE, seed=None, **pins) -> Outcome:
+    """Run ``problem`` with fresh random inputs over NaN-poisoned dW and workspace; assert every
+    element was written and ``family`` ran; return the relative error against float64."""
+    generator = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**32)
+    x, dy = make_inputs(problem, device, generator)
+    chosen = convwgrad.plan(problem, device if device != "cpu" else None, family=family, **pins)
+    out = torch.full(problem.weight_size, float("nan"), dtype=x.dtype, device=device)
+    workspace = None
+    if chosen.workspace_nbytes:
+        workspace = torch.empty(chosen.workspace_nbytes, dtype=torch.uint8, device=device)
+        workspace.view(torch.float32).fill_(float("nan"))
+    with record_launches() as log:
+        dispatch_conv_grouped(problem, x, dy, plan=chosen, out=out, workspace=workspace)
+    assert [r.family for r in log] == [family], f"expected {family} to run, got {log}"
+    if chosen.two_stage:
+        assert log[0].kernels[-1] == "_splitk_reduce_kernel", log
+        assert torch.isfinite(workspace.view(torch.float32)).all(), "stage 1 left workspace elements unwritten"
+    ref = reference_weight_grad(problem, x, dy)
+    assert torch.isfinite(out).all(), "dW has unwritten (NaN) elements: " + describe_mismatch(out, ref)
+    return Outcome(out=out, error=relative_error(out, ref), plan=chosen, launches=log, workspace=workspace)
+
+
+def assert_close_to_reference(outcome: Outcome, problem: ConvProblem, tolerance: float | None = None):
+    tolerance = TOLERANCE[problem.dtype] if tolerance is None else tolerance
+    assert outcome.error <= tolerance, (
+        f"{outcome.plan.kernel_name}: relative error {outcome.error:.3e} > {tolerance:.0e} for {problem.describe()}"
+    )
+
+
+def small_tile(problem: ConvProblem, block_k: int = 16) -> Tile:
+    """A 16-step tile so tiny interpreter shapes still have several K steps to split."""
+    fit = lambda extent: max(16, min(64, 1 << max(0, math.ceil(math.log2(extent)))))  # noqa: E731
+    return Tile(block_m=fit(problem.gemm_m), block_n=fit(problem.gemm_n), block_k=block_k)
