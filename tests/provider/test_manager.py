@@ -225,7 +225,8 @@ def test_entrypoint_blocked_by_env(toy_dist, monkeypatch):
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx950", "interpreter", "cpu"])
-def test_toy_plans_for_groups_3_only(toy_pm, target):
+def test_toy_plans_for_groups_3_only(toy_pm, target, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # "cpu" names this process's CPU path
     chosen = plan(_problem(groups=3), target)
     assert chosen.family == "toy"
     assert chosen.kernel_name == "toy_fp32_spk1_1stage"

@@ -210,8 +210,9 @@ def test_cpu_without_interpreter_falls_back_to_aten(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert current_target("cpu").name == "cpu"
     assert not current_target("cpu").runs_triton
-    p = plan(MBV2, torch.device("cpu"))
-    assert p.target.name == "cpu"
+    for device in (torch.device("cpu"), "cpu", "cpu:0"):
+        p = plan(MBV2, device)
+        assert p.target.name == "cpu"
     assert p.family == "aten"
     assert p.rule.startswith("fallback")
     assert "wgrad_splitk refused" in p.rule
@@ -227,9 +228,10 @@ def test_cpu_with_interpreter_chooses_splitk(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert current_target("cpu").name == "interpreter"
     assert current_target(torch.device("cpu")).backend == "interpreter"
-    p = plan(MBV2, torch.device("cpu"))
-    assert p.target.name == "interpreter"
-    assert p.family == "wgrad_splitk"
+    for device in (torch.device("cpu"), "cpu", "cpu:0"):
+        p = plan(MBV2, device)
+        assert p.target.name == "interpreter"
+        assert p.family == "wgrad_splitk"
     # the env var is read at call time
     monkeypatch.delenv("TRITON_INTERPRET")
     assert plan(MBV2, torch.device("cpu")).family == "aten"
@@ -244,7 +246,8 @@ def test_resolve_target():
 
 # --------------------------------------------------------------- explain
 @pytest.mark.parametrize("target", ["sm_90", "gfx950", "cpu"])
-def test_explain_lists_every_candidate(target):
+def test_explain_lists_every_candidate(target, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     exp = explain(MBV2, target)
     text = str(exp)
     judged = candidates(MBV2, target)

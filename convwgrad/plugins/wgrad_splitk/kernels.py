@@ -45,6 +45,7 @@ def _wgrad_splitk_kernel(
     DOT_PRECISION: tl.constexpr,  # "ieee" or "tf32" (fp32 operands only)
     IS_UPCAST_OPERANDS: tl.constexpr,  # interpreter only: its bf16 tl.dot is wrong, so dot in fp32
     IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets for tensors of 2**31 elements or more
+    PROMOTE_STEPS: tl.constexpr,  # BLOCK_K steps per matrix-unit accumulator before an fp32 add
 ):
     pid_gs = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -74,35 +75,42 @@ def _wgrad_splitk_kernel(
     k_lo = split * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, GEMM_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        if IS_WIDE_INDEX:
-            offs_k = offs_k.to(tl.int64)
-        mask_k = offs_k < k_hi
-        ow = offs_k % OW
-        rest_k = offs_k // OW
-        oh = rest_k % OH
-        rest_k = rest_k // OH
-        od = rest_k % OD
-        n = rest_k // OD
+    # Two-level accumulation: the matrix units' fp32 accumulate is not round-to-nearest (on
+    # Hopper it truncates, ~2**-23 bias per step), which over 1e5 steps biased dW by 1%. A
+    # fresh accumulator per PROMOTE_STEPS steps, promoted with ordinary fp32 adds, bounds it.
+    for k_outer in range(k_lo, k_hi, BLOCK_K * PROMOTE_STEPS):
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        steps = tl.minimum(PROMOTE_STEPS, tl.cdiv(k_hi - k_outer, BLOCK_K))
+        for step in range(0, steps):
+            offs_k = k_outer + step * BLOCK_K + tl.arange(0, BLOCK_K)
+            if IS_WIDE_INDEX:
+                offs_k = offs_k.to(tl.int64)
+            mask_k = offs_k < k_hi
+            ow = offs_k % OW
+            rest_k = offs_k // OW
+            oh = rest_k % OH
+            rest_k = rest_k // OH
+            od = rest_k % OD
+            n = rest_k // OD
 
-        dy_pos = n * stride_dyn + od * stride_dyd + oh * stride_dyh + ow * stride_dyw
-        a = tl.load(
-            DY + dy_chan_off[:, None] + dy_pos[None, :],
-            mask=mask_m[:, None] & mask_k[None, :],
-            other=0.0,
-        )
+            dy_pos = n * stride_dyn + od * stride_dyd + oh * stride_dyh + ow * stride_dyw
+            a = tl.load(
+                DY + dy_chan_off[:, None] + dy_pos[None, :],
+                mask=mask_m[:, None] & mask_k[None, :],
+                other=0.0,
+            )
 
-        iz = (od * STRIDE_D - PAD_D)[:, None] + (tap_z * DIL_D)[None, :]
-        iy = (oh * STRIDE_H - PAD_H)[:, None] + (tap_y * DIL_H)[None, :]
-        ix = (ow * STRIDE_W - PAD_W)[:, None] + (tap_x * DIL_W)[None, :]
-        inside = (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
-        x_off = (n * stride_xn)[:, None] + x_chan_off[None, :] + iz * stride_xd + iy * stride_xh + ix * stride_xw
-        b = tl.load(X + x_off, mask=mask_k[:, None] & mask_n[None, :] & inside, other=0.0)
-        if IS_UPCAST_OPERANDS:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+            iz = (od * STRIDE_D - PAD_D)[:, None] + (tap_z * DIL_D)[None, :]
+            iy = (oh * STRIDE_H - PAD_H)[:, None] + (tap_y * DIL_H)[None, :]
+            ix = (ow * STRIDE_W - PAD_W)[:, None] + (tap_x * DIL_W)[None, :]
+            inside = (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+            x_off = (n * stride_xn)[:, None] + x_chan_off[None, :] + iz * stride_xd + iy * stride_xh + ix * stride_xw
+            b = tl.load(X + x_off, mask=mask_k[:, None] & mask_n[None, :] & inside, other=0.0)
+            if IS_UPCAST_OPERANDS:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            part = tl.dot(a, b, part, input_precision=DOT_PRECISION)
+        acc += part
 
     row = group * KPG + offs_m
     # A workspace of split_k dWs passes 2**31 elements long before one dW does.

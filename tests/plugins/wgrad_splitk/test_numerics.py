@@ -26,6 +26,7 @@ CASES = {
     "dense-g1": dict(batch=2, groups=1, in_channels=3, out_channels=5, input_size=(5, 5), filter_size=3, padding=1),
     "conv1d-k4": dict(batch=2, groups=6, in_channels=6, input_size=(37,), filter_size=4, padding=((2, 1),)),
     "conv1d-k31": dict(batch=2, groups=4, in_channels=4, input_size=(45,), filter_size=31, padding=15),
+    "conv1d-long-chain": dict(batch=2, groups=2, in_channels=2, input_size=(650,), filter_size=3, padding=1),
     "conv3d": dict(batch=1, groups=4, in_channels=4, input_size=(4, 5, 6), filter_size=3, padding=1),
     "conv3d-grouped-s2": dict(batch=2, groups=2, in_channels=4, out_channels=6, input_size=(5, 5, 4), filter_size=(3, 3, 2), stride=(2, 1, 2), padding=((1, 1), (0, 2), (1, 0))),
 }
