@@ -40,6 +40,16 @@ def test_shallow_k_caps_the_split():
 @pytest.mark.parametrize("channels", [1, 7, 64, 1000, 65537])
 def test_planned_split_within_grid_and_k(channels):
     t = PROFILES["sm_90"]
-    chosen = plan(depthwise(channels, 28), t)
+    chosen = plan(depthwise(channels, 28), t, family="wgrad_splitk")
     assert all(size <= limit for size, limit in zip(chosen.grid[0], t.max_grid))
     assert chosen.split_k <= -(-chosen.problem.gemm_k // chosen.spec.tile.block_k)
+
+
+def test_routing_rules_fire_and_say_so():
+    p = depthwise(144, 56)
+    on_cuda = plan(p, "sm_90")
+    assert on_cuda.family == "aten" and on_cuda.rule.startswith("measured:")
+    on_amd = plan(p, "gfx950")
+    assert on_amd.family == "wgrad_splitk" and on_amd.rule.startswith("priority:")
+    pinned = plan(p, "sm_90", family="wgrad_splitk")
+    assert pinned.family == "wgrad_splitk"

@@ -68,7 +68,8 @@ def test_public_api_matches_torch():
     dy = torch.randn(32, 144, 56, 56, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     with convwgrad.record_launches() as log:
         ours = convwgrad.conv2d_weight(x, (144, 1, 3, 3), dy, 1, 1, 1, 144)
-    assert log[-1].family == "wgrad_splitk"
+    planned = convwgrad.plan(ConvProblem.from_tensors(x, (144, 1, 3, 3), dy, 1, 1, 1, 144), "cuda")
+    assert [r.kernel_name for r in log] == [planned.kernel_name]
     ref = torch.nn.grad.conv2d_weight(x.double(), (144, 1, 3, 3), dy.double(), 1, 1, 1, 144)
     assert ours.dtype == torch.bfloat16 and relative_error(ours, ref) < 8e-3
 
