@@ -80,12 +80,20 @@ def to_channels_last(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-def sweep_specs(problem: ConvProblem, target) -> list[KernelSpec]:
-    """Every admissible spec: each family's candidates at each split_k degree, the planned one included."""
+def sweep_specs(problem: ConvProblem, target, *, splits=SWEEP_SPLITS, first_tile_only: bool = False) -> list[KernelSpec]:
+    """Every admissible spec: each family's candidates at each split_k degree, the planned one included.
+
+    ``first_tile_only`` keeps each (family, group_merge)'s preferred tile, for quick sweeps.
+    """
     chosen = make_plan(problem, target).spec
     specs = [chosen]
-    for split in SWEEP_SPLITS:
+    first_tiles = {}
+    for split in splits:
         for spec, verdict in candidates(problem, target, split_k=split):
+            key = (spec.family, spec.group_merge)
+            first_tiles.setdefault(key, spec.tile)
+            if first_tile_only and spec.tile != first_tiles[key]:
+                continue
             if verdict and spec not in specs:
                 specs.append(spec)
     return specs
@@ -118,6 +126,8 @@ def bench_problem(
     rep_ms: float = 100,
     progress=None,
     seed: int = 0,
+    splits=SWEEP_SPLITS,
+    first_tile_only: bool = False,
 ) -> ProblemResult:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     target = current_target(device)
@@ -127,7 +137,7 @@ def bench_problem(
     reference = reference_weight_grad(problem, x, dy)
     planned = make_plan(problem, target)
     results = []
-    specs = sweep_specs(problem, target)
+    specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only)
     for index, spec in enumerate(specs):
         if progress:
             progress(index, len(specs), spec.kernel_name())

@@ -46,7 +46,8 @@ def cmd_bench(args) -> int:
     results = []
     for label, problem in problems:
         progress = ProgressBar(label, enabled=None if args.progress is None else args.progress)
-        result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress)
+        result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
+                               splits=args.splits, first_tile_only=args.first_tile_only)
         results.append(result)
         if not args.json:
             print(format_table(result), flush=True)
@@ -90,6 +91,8 @@ def cmd_compile(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .bench import SWEEP_SPLITS
+
     parser = argparse.ArgumentParser(prog="convwgrad", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -98,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     bench.add_argument("--warmup-ms", type=float, default=25.0)
     bench.add_argument("--rep-ms", type=float, default=100.0)
+    bench.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=SWEEP_SPLITS,
+                       metavar="S,S,...", help=f"split_k degrees to sweep (default {','.join(map(str, SWEEP_SPLITS))})")
+    bench.add_argument("--first-tile-only", action="store_true",
+                       help="sweep only each family's (and merge degree's) preferred tile: quicker")
     bench.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (default: when stderr is a terminal)")
     bench.set_defaults(func=cmd_bench)

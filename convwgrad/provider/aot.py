@@ -102,6 +102,8 @@ def triton_compile(kernel, args, *, target, num_warps: int, num_stages: int, nam
         raise ValueError(f"argument list {[a for a, _ in args]} does not match {fn.__name__}{names}")
     signature, constexprs, attrs_ = {}, {}, {}
     for index, (arg, value) in enumerate(args):
+        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
+            value = Constexpr(1)  # the JIT specializes ints equal to 1 the same way
         if isinstance(value, Constexpr):
             signature[arg] = "constexpr"
             constexprs[arg] = value.value

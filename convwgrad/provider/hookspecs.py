@@ -29,7 +29,7 @@ def convwgrad_register_families(registry):
 
 
 @hookspec
-def convwgrad_candidate_specs(problem, target):
+def convwgrad_candidate_specs(problem, target, group_merge):
     """Return the kernel specs this plugin would consider for ``problem``.
 
     Each is a :class:`~convwgrad.provider.spec.KernelSpec` with ``split_k=1``;
@@ -38,6 +38,9 @@ def convwgrad_candidate_specs(problem, target):
 
     :param convwgrad.provider.problem.ConvProblem problem: the weight gradient to compute.
     :param convwgrad.provider.target.TargetInfo target: where it will run.
+    :param int|None group_merge: a pinned merge degree, or None. A family that
+        merges groups offers its candidates at exactly this degree (even one it
+        will refuse, so the refusal reaches the caller); others may ignore it.
     """
 
 
@@ -108,8 +111,11 @@ def convwgrad_compile(problem, spec, target):
 
 # ----------------------------------------------------------------- selectors
 @hookspec(firstresult=True)
-def convwgrad_choose_split_k(problem, spec, target):
+def convwgrad_choose_split_k(problem, spec, target, base_programs):
     """Return the split-K degree for ``spec`` (a family that splits K) on ``target``.
+
+    :param int base_programs: programs the spec's first kernel launches at
+        ``split_k=1`` (from its family's :func:`convwgrad_grid`).
 
     Return ``None`` to leave the choice to the next selector.
 

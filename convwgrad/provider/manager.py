@@ -21,6 +21,7 @@ DISABLE_ENV = "CONVWGRAD_DISABLE_PLUGINS"
 
 #: Built-in plugins, registered by module name so the core imports none of their internals.
 DEFAULT_PLUGINS = (
+    "convwgrad.plugins.wgrad_merged",
     "convwgrad.plugins.wgrad_splitk",
     "convwgrad.plugins.aten_fallback",
     "convwgrad.selectors",

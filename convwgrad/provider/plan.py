@@ -7,6 +7,8 @@ whether it admits its specs, and lets the selector choose.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from .manager import families, get_plugin_manager
@@ -88,7 +90,8 @@ def candidates(problem: ConvProblem, target=None, **pins) -> list[tuple[KernelSp
     registry = families(pm)
     target = resolve_target(target)
     _check_pins(pins, registry)
-    offered = [s for specs in pm.hook.convwgrad_candidate_specs(problem=problem, target=target) for s in specs or ()]
+    offered = pm.hook.convwgrad_candidate_specs(problem=problem, target=target, group_merge=pins.get("group_merge"))
+    offered = [spec for specs in offered for spec in specs or ()]
     seen: set[KernelSpec] = set()
     judged = []
     for spec in offered:
@@ -96,12 +99,14 @@ def candidates(problem: ConvProblem, target=None, **pins) -> list[tuple[KernelSp
             continue
         if "tile" in pins and spec.tile is not None:
             spec = attrs.evolve(spec, tile=pins["tile"])
-        if "group_merge" in pins:
+        if "group_merge" in pins and spec.group_merge != pins["group_merge"]:
             spec = attrs.evolve(spec, group_merge=pins["group_merge"])
         if "split_k" in pins:
             spec = attrs.evolve(spec, split_k=pins["split_k"])
         elif registry[spec.family].splits_k:
-            chosen = pm.hook.convwgrad_choose_split_k(problem=problem, spec=spec, target=target)
+            grids = pm.hook.convwgrad_grid(problem=problem, spec=attrs.evolve(spec, split_k=1), target=target)
+            base = max(1, math.prod(grids[0])) if grids else 1  # a spec its gate refuses may size to 0
+            chosen = pm.hook.convwgrad_choose_split_k(problem=problem, spec=spec, target=target, base_programs=base)
             spec = attrs.evolve(spec, split_k=chosen or 1)
         if spec in seen:
             continue
@@ -164,8 +169,9 @@ class Explanation:
             f"gemm:    M={self.problem.gemm_m} N={self.problem.gemm_n} K={self.problem.gemm_k} "
             f"x {self.problem.groups} groups"
         )
-        lines.append("candidates:")
-        for spec, verdict in self.candidates:
+        lines.append("candidates (by family priority):")
+        rank = {name: i for i, name in enumerate(families().names())}
+        for spec, verdict in sorted(self.candidates, key=lambda c: rank.get(c[0].family, len(rank))):
             mark = "*" if self.plan is not None and spec == self.plan.spec else " "
             lines.append(f" {mark} {spec.kernel_name()}: {verdict}")
         if self.plan is not None:

@@ -41,7 +41,8 @@ class KernelSpec:
     dtype: str = field(validator=in_(DTYPES))
     tile: Tile | None = field(default=None, validator=attrs.validators.optional(instance_of(Tile)))
     split_k: int = field(default=1, validator=_positive_int)
-    group_merge: int = field(default=1, validator=_power_of_two)
+    #: adjacent depthwise groups one program computes; families gate which degrees they run
+    group_merge: int = field(default=1, validator=_positive_int)
     #: fp32 only: let the matrix units round operands to TF32, as cuDNN does when
     #: ``torch.backends.cudnn.allow_tf32`` is set.
     allow_tf32: bool = field(default=False, validator=instance_of(bool))
@@ -76,10 +77,12 @@ class Verdict:
     """
 
     reasons: tuple[str, ...] = ()
+    #: for an admission: anything the caller should know (explain() prints it)
+    note: str = ""
 
     @classmethod
-    def admit(cls) -> "Verdict":
-        return cls(())
+    def admit(cls, note: str = "") -> "Verdict":
+        return cls((), note)
 
     @classmethod
     def refuse(cls, *reasons: str) -> "Verdict":
@@ -99,4 +102,4 @@ class Verdict:
         return self.admitted
 
     def __str__(self) -> str:
-        return "admitted" if self.admitted else "refused: " + "; ".join(self.reasons)
+        return "admitted" + self.note if self.admitted else "refused: " + "; ".join(self.reasons)

@@ -13,8 +13,8 @@ from .splitk import choose_split_k
 
 
 @hookimpl(trylast=True)
-def convwgrad_choose_split_k(problem, spec, target):
-    return choose_split_k(problem, spec, target)
+def convwgrad_choose_split_k(problem, spec, target, base_programs):
+    return choose_split_k(problem, spec, target, base_programs)
 
 
 @hookimpl(trylast=True)

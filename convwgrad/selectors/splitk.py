@@ -18,13 +18,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def choose_split_k(problem, spec, target) -> int:
-    """split_k for a tiled spec: fill ``TARGET_WAVES`` waves of ``target``'s compute units."""
+def choose_split_k(problem, spec, target, base_programs: int) -> int:
+    """split_k for a tiled spec: fill ``TARGET_WAVES`` programs per compute unit of ``target``.
+
+    ``base_programs`` is the spec's grid at split_k = 1 (groups / Gm times its tiles).
+    """
     if spec.tile is None:
         return 1
-    tile = spec.tile
-    base_grid = problem.groups * _cdiv(problem.gemm_m, tile.block_m) * _cdiv(problem.gemm_n, tile.block_n)
-    wanted = _cdiv(TARGET_WAVES * target.compute_units, base_grid)
-    k_steps = _cdiv(problem.gemm_k, tile.block_k)
-    cap = min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // problem.groups)
+    wanted = _cdiv(TARGET_WAVES * target.compute_units, base_programs)
+    k_steps = _cdiv(problem.gemm_k, spec.tile.block_k)
+    group_programs = _cdiv(problem.groups, spec.group_merge)  # the grid axis split_k multiplies
+    cap = min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // group_programs)
     return max(1, min(wanted, cap))

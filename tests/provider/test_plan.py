@@ -90,7 +90,7 @@ def test_kernel_name_parts():
     (dict(block_m=16, block_n=0, block_k=16), r"block_n must be a power of two, got 0"),
     (dict(block_m=16, block_n=16, block_k=16, num_warps=3), r"num_warps must be a power of two, got 3"),
     (dict(block_m=16, block_n=16, block_k=16, num_stages=0), r"num_stages must be a positive int, got 0"),
-])
+], ids=["block_m", "block_n", "num_warps", "num_stages"])
 def test_tile_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Tile(**kwargs)
@@ -100,7 +100,7 @@ def test_tile_validation(kwargs, match):
     (dict(split_k=0), r"split_k must be a positive int, got 0"),
     (dict(group_merge=3), r"group_merge must be a power of two, got 3"),
     (dict(dtype="fp64"), r"'dtype' must be in"),
-])
+], ids=["split_k", "group_merge", "dtype"])
 def test_spec_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         KernelSpec(**{"family": "aten", "dtype": "bf16", **kwargs})
@@ -192,7 +192,7 @@ def test_group_merge_pin_no_family_admits():
     (dict(split_k=0), ValueError, r"split_k=0: must be a positive int"),
     (dict(group_merge=-1), ValueError, r"group_merge=-1: must be a positive int"),
     (dict(tile=(16, 16, 16)), TypeError, r"tile pin must be a Tile"),
-])
+], ids=["misspelt", "not-a-pin", "family", "split_k", "group_merge", "tile"])
 def test_bad_pins(pins, error, match):
     with pytest.raises(error, match=match):
         plan(MBV2, "sm_90", **pins)

@@ -210,6 +210,15 @@ def test_from_tensors_1d():
 
 
 # --------------------------------------------------------------- error paths
+
+def _cases(rows):
+    """pytest.params with readable, shell-safe ids: the changed fields, else the start of the expected message."""
+    def row_id(row):
+        text = ", ".join(f"{k}={v}" for k, v in row[0].items()) if isinstance(row[0], dict) else row[-1]
+        return re.sub(r"[^A-Za-z0-9=.+-]+", "_", text.replace("torch.", "")).strip("_")[:48]
+
+    return [pytest.param(*row, id=row_id(row)) for row in rows]
+
 def _base(**changes):
     kwargs = dict(batch=2, groups=2, in_channels=4, out_channels=4, input_size=(8, 8), filter_size=3)
     kwargs.update(changes)
@@ -223,7 +232,7 @@ def _direct(**changes):
     return kwargs
 
 
-@pytest.mark.parametrize("changes, match", [
+@pytest.mark.parametrize("changes, match", _cases([
     (dict(in_channels=5, out_channels=4), r"in_channels=5 .*groups=2"),
     (dict(in_channels=4, out_channels=5), r"out_channels=5 .*groups=2"),
     (dict(groups=0), r"groups must be a positive int, got 0"),
@@ -253,13 +262,13 @@ def _direct(**changes):
     (dict(dtype=torch.int32), r"dtype torch.int32 is not supported"),
     (dict(dtype="fp64"), r"dtype 'fp64' is not supported"),
     (dict(layout="nhwc"), r"'layout' must be in .*'nhwc'"),
-])
+]))
 def test_build_errors(changes, match):
     with pytest.raises(ValueError, match=match):
         ConvProblem.build(**_base(**changes))
 
 
-@pytest.mark.parametrize("changes, match", [
+@pytest.mark.parametrize("changes, match", _cases([
     (dict(filter_size=(3,)), r"filter_size \(3,\) has 1 spatial dims but input_size \(6, 6\) has 2"),
     (dict(stride=(1, 1, 1)), r"stride \(1, 1, 1\) has 3 spatial dims but input_size \(6, 6\) has 2"),
     (dict(padding=((0, 0),)), r"padding \(\(0, 0\),\) has 1 spatial dims but input_size \(6, 6\) has 2"),
@@ -269,7 +278,7 @@ def test_build_errors(changes, match):
     (dict(padding=(0, 0)), r"padding must be a tuple of \(before, after\) int pairs, got \(0, 0\)"),
     (dict(groups=True), r"groups must be a positive int, got True"),
     (dict(dtype="fp64"), r"'dtype' must be in .*'fp64'"),
-])
+]))
 def test_constructor_errors(changes, match):
     with pytest.raises(ValueError, match=match):
         ConvProblem(**_direct(**changes))
@@ -279,7 +288,7 @@ X = torch.randn(2, 4, 8, 8)
 DY = torch.randn(2, 4, 6, 6)
 
 
-@pytest.mark.parametrize("args, kwargs, match", [
+@pytest.mark.parametrize("args, kwargs, match", _cases([
     ((torch.randn(2, 4), (4, 4, 3, 3), torch.randn(2, 4)), {}, r"input must be 3-D, 4-D or 5-D .*shape \(2, 4\)"),
     ((torch.randn(1, 1, 2, 2, 2, 2), (1, 1, 1, 1, 1, 1), torch.randn(1, 1, 2, 2, 2, 2)), {},
      r"input must be 3-D, 4-D or 5-D .*shape \(1, 1, 2, 2, 2, 2\)"),
@@ -305,7 +314,7 @@ DY = torch.randn(2, 4, 6, 6)
     ((X, (4, 4, 3, 3), DY), dict(dilation=0), r"dilation entries must be >= 1, got \(0, 0\)"),
     ((X, (4, 4, 3, 3), DY), dict(stride=(1, 1, 1)), r"stride \(1, 1, 1\) has 3 entries, expected 2"),
     ((X, (4, 4, 9, 9), DY), {}, r"output size \(0, 0\) < 1"),
-])
+]))
 def test_from_tensors_errors(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         ConvProblem.from_tensors(*args, **kwargs)
@@ -339,14 +348,14 @@ def test_evolve_makes_a_new_problem():
     assert q.groups == 8 and q.is_depthwise
 
 
-@pytest.mark.parametrize("changes, match", [
+@pytest.mark.parametrize("changes, match", _cases([
     (dict(groups=3), r"in_channels=8 is not divisible by groups=3"),
     (dict(out_channels=6), r"out_channels=6 is not divisible by groups=4"),
     (dict(filter_size=(7, 7)), r"output size \(0, 0\) < 1"),
     (dict(stride=(0, 1)), r"stride entries must be >= 1"),
     (dict(padding=((0, 0),)), r"padding .* has 1 spatial dims but input_size"),
     (dict(dtype="fp64"), r"'dtype' must be in"),
-])
+]))
 def test_evolve_revalidates(changes, match):
     p = ConvProblem.build(batch=2, groups=4, in_channels=8, input_size=(6, 6), filter_size=3)
     with pytest.raises(ValueError, match=match):

@@ -21,20 +21,20 @@ def depthwise(channels, hw, batch=32):
 def test_small_grid_is_split_to_fill_waves(target):
     t = PROFILES[target]
     p = depthwise(32, 56)  # base grid 32 programs
-    split = choose_split_k(p, spec(), t)
+    split = choose_split_k(p, spec(), t, p.groups)
     assert split == -(-TARGET_WAVES * t.compute_units // 32)
 
 
 def test_large_group_count_is_not_split():
     p = depthwise(4096, 56)
-    assert choose_split_k(p, spec(), PROFILES["sm_90"]) == 1
+    assert choose_split_k(p, spec(), PROFILES["sm_90"], p.groups) == 1
 
 
 def test_shallow_k_caps_the_split():
     p = depthwise(8, 4, batch=1)  # K_gemm = 16: one 64-wide step
-    assert choose_split_k(p, spec(), PROFILES["gfx950"]) == 1
+    assert choose_split_k(p, spec(), PROFILES["gfx950"], p.groups) == 1
     p = depthwise(8, 16, batch=4)  # K_gemm = 1024: 16 steps -> at most 16 / MIN_BLOCKS_PER_SPLIT
-    assert choose_split_k(p, spec(), PROFILES["gfx950"]) == 16 // MIN_BLOCKS_PER_SPLIT
+    assert choose_split_k(p, spec(), PROFILES["gfx950"], p.groups) == 16 // MIN_BLOCKS_PER_SPLIT
 
 
 @pytest.mark.parametrize("channels", [1, 7, 64, 1000, 65537])

@@ -1,4 +1,163 @@
-"""Merged-group family (Gm adjacent depthwise groups per workgroup): not built yet.
+"""The merged-group family: Gm adjacent depthwise groups per program, composed with split-K.
 
-Registers nothing until its kernels land, so the core never offers it.
+Registration layer; the kernel is in :mod:`.kernels`, the gate and launcher in
+:mod:`.launcher`. A contiguous (NCHW) input is admitted and computed correctly,
+but its channels are not adjacent in memory, so its loads stay element-wide:
+the vector loads need channels_last (explain() says so).
 """
+
+from __future__ import annotations
+
+import math
+
+from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32
+from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
+from convwgrad.provider.hookspecs import hookimpl
+from convwgrad.provider.spec import KernelSpec, Tile, Verdict
+
+from . import launcher
+
+FAMILY = "wgrad_merged"
+#: Above split-K (10): where the gate admits a depthwise problem, merging is the family built for it.
+PRIORITY = 20
+#: Degrees offered. Ordered per dtype in candidate_specs: the degree whose channel
+#: run is one 16-byte vector first (bf16/fp16: 8, fp32: 4), then by distance from it.
+DEGREES = (2, 4, 8, 16, 32)
+VECTOR_BYTES = 16
+#: Merged columns (taps x Gm) per program: 128 holds a 3x3 filter at Gm = 8 or
+#: 4x4 taps at Gm = 8 in one tile with 16 fp32 accumulators a thread. Not yet swept.
+MAX_BLOCK_N = 128
+#: Bounds of the reduction step. The step offered first is the smallest that gives
+#: every thread a whole 16-byte vector of the A tile (block_m x block_k elements over
+#: num_warps * warp_size threads): read off the ISA, at Gm = 8 bf16 block_k 32 gave
+#: sm_90 8-byte and gfx950 4-byte dY loads, 64 (sm_90) and 128 (gfx950) all 16-byte.
+MIN_BLOCK_K = 32
+MAX_BLOCK_K = 256
+
+
+def _pow2_at_least(value: int, floor: int) -> int:
+    size = floor
+    while size < value:
+        size *= 2
+    return size
+
+
+def preferred_degrees(problem) -> list[int]:
+    vector = max(1, VECTOR_BYTES // problem.element_size)
+    return sorted(DEGREES, key=lambda gm: (abs(math.log2(gm) - math.log2(vector)), -gm))
+
+
+def block_k_choices(problem, block_m: int, target) -> tuple[int, ...]:
+    threads = NUM_WARPS * target.warp_size
+    vector = _pow2_at_least(VECTOR_BYTES // problem.element_size * threads // block_m, MIN_BLOCK_K)
+    vector = min(vector, MAX_BLOCK_K)
+    return (vector, vector // 2) if vector // 2 >= MIN_BLOCK_K else (vector, vector * 2)
+
+
+def tile_for(problem, group_merge: int, block_k: int, target) -> Tile:
+    block_m = _pow2_at_least(group_merge * problem.kpg, MIN_BLOCK)
+    block_n = min(_pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), max(MAX_BLOCK_N, group_merge))
+    return Tile(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=NUM_WARPS,
+                num_stages=NUM_STAGES.get(target.backend, 1))
+
+
+def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
+    degrees = [group_merge] if group_merge else preferred_degrees(problem)
+    if not group_merge and not problem.is_depthwise:
+        degrees = degrees[:1]  # one candidate, so explain() shows why the family refuses
+    return [
+        KernelSpec(
+            family=FAMILY,
+            dtype=problem.dtype,
+            tile=tile_for(problem, gm, bk, target),
+            group_merge=gm,
+            allow_tf32=allows_tf32(problem, target),
+            wide_index=splitk_launcher.needs_wide_index(problem),
+        )
+        for gm in degrees
+        for bk in block_k_choices(problem, _pow2_at_least(gm * problem.kpg, MIN_BLOCK), target)
+    ]
+
+
+def not_supported_reasons(problem, spec, target) -> list[str]:
+    reasons = launcher.group_merge_available(problem, spec, target)
+    if not target.runs_triton:
+        reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
+    if spec.dtype != problem.dtype:
+        reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
+    if reasons or spec.tile is None:
+        return reasons
+    blocks = splitk_launcher.k_blocks(problem, spec)
+    if spec.split_k > blocks:
+        reasons.append(f"split_k={spec.split_k} exceeds the {blocks} block_k={spec.tile.block_k} steps of "
+                       f"K_gemm={problem.gemm_k}: some splits would be empty")
+    if spec.split_k > splitk_launcher.MAX_SPLIT_K:
+        reasons.append(f"split_k={spec.split_k} exceeds the limit {splitk_launcher.MAX_SPLIT_K}")
+    if splitk_launcher.needs_wide_index(problem) and not spec.wide_index:
+        reasons.append("a tensor holds >= 2**31 elements: needs wide_index (64-bit offsets)")
+    for grid in launcher.grids(problem, spec):
+        for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
+            if size > limit:
+                reasons.append(f"grid axis {axis} = {size} exceeds the limit {limit} of {target.name}")
+    return reasons
+
+
+def layout_note(problem) -> str:
+    if problem.layout == "channels_last":
+        return ""
+    return " (contiguous NCHW input: admitted, but channels are not adjacent, so loads stay element-wide; use channels_last)"
+
+
+def _mine(spec) -> bool:
+    return spec.family == FAMILY
+
+
+@hookimpl
+def convwgrad_register_families(registry):
+    registry.add(
+        FAMILY,
+        priority=PRIORITY,
+        description="depthwise dW, Gm adjacent groups per program as one GEMM, diagonal stored; split-K composable",
+        splits_k=True,
+    )
+
+
+@hookimpl
+def convwgrad_candidate_specs(problem, target, group_merge):
+    if group_merge == 1:
+        return []  # Gm = 1 is the split-K family
+    return candidate_specs(problem, target, group_merge)
+
+
+@hookimpl
+def convwgrad_support(problem, spec, target):
+    if not _mine(spec):
+        return None
+    reasons = not_supported_reasons(problem, spec, target)
+    if reasons:
+        return Verdict.from_reasons(reasons)
+    return Verdict.admit(note=layout_note(problem))
+
+
+@hookimpl
+def convwgrad_workspace_nbytes(problem, spec):
+    if _mine(spec):
+        return splitk_launcher.workspace_nbytes(problem, spec)
+
+
+@hookimpl
+def convwgrad_grid(problem, spec, target):
+    if _mine(spec):
+        return launcher.grids(problem, spec)
+
+
+@hookimpl
+def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
+    if _mine(spec):
+        return launcher.launch(problem, spec, target, input, grad_output, out, workspace)
+
+
+@hookimpl
+def convwgrad_compile(problem, spec, target):
+    if _mine(spec):
+        return launcher.compile_kernels(problem, spec, target)

@@ -22,6 +22,61 @@ import triton.language as tl
 
 
 @triton.jit
+def _accumulate_tile(
+    X, DY,
+    x_chan_off, dy_chan_off,  # per-column input-channel and per-row grad_output-channel offsets
+    tap_z, tap_y, tap_x,  # per-column filter tap
+    mask_m, mask_n,  # valid rows and columns of the tile
+    k_lo, k_hi,  # the slice of K_gemm = N*OD*OH*OW this program reduces
+    D, H, W, OD, OH, OW,
+    STRIDE_D, STRIDE_H, STRIDE_W, PAD_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W,
+    stride_xn, stride_xd, stride_xh, stride_xw,
+    stride_dyn, stride_dyd, stride_dyh, stride_dyw,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, IS_UPCAST_OPERANDS: tl.constexpr, IS_WIDE_INDEX: tl.constexpr,
+    PROMOTE_STEPS: tl.constexpr,
+):
+    """sum over k in [k_lo, k_hi) of dY[row, k] * im2col(X)[k, col], in fp32."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Two-level accumulation: the matrix units' fp32 accumulate is not round-to-nearest (on
+    # Hopper it truncates, ~2**-23 bias per step), which over 1e5 steps biased dW by 1%. A
+    # fresh accumulator per PROMOTE_STEPS steps, promoted with ordinary fp32 adds, bounds it.
+    for k_outer in range(k_lo, k_hi, BLOCK_K * PROMOTE_STEPS):
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        steps = tl.minimum(PROMOTE_STEPS, tl.cdiv(k_hi - k_outer, BLOCK_K))
+        for step in range(0, steps):
+            offs_k = k_outer + step * BLOCK_K + tl.arange(0, BLOCK_K)
+            if IS_WIDE_INDEX:
+                offs_k = offs_k.to(tl.int64)
+            mask_k = offs_k < k_hi
+            ow = offs_k % OW
+            rest_k = offs_k // OW
+            oh = rest_k % OH
+            rest_k = rest_k // OH
+            od = rest_k % OD
+            n = rest_k // OD
+
+            dy_pos = n * stride_dyn + od * stride_dyd + oh * stride_dyh + ow * stride_dyw
+            a = tl.load(
+                DY + dy_chan_off[:, None] + dy_pos[None, :],
+                mask=mask_m[:, None] & mask_k[None, :],
+                other=0.0,
+            )
+            iz = (od * STRIDE_D - PAD_D)[:, None] + (tap_z * DIL_D)[None, :]
+            iy = (oh * STRIDE_H - PAD_H)[:, None] + (tap_y * DIL_H)[None, :]
+            ix = (ow * STRIDE_W - PAD_W)[:, None] + (tap_x * DIL_W)[None, :]
+            inside = (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+            x_off = (n * stride_xn)[:, None] + x_chan_off[None, :] + iz * stride_xd + iy * stride_xh + ix * stride_xw
+            b = tl.load(X + x_off, mask=mask_k[:, None] & mask_n[None, :] & inside, other=0.0)
+            if IS_UPCAST_OPERANDS:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            part = tl.dot(a, b, part, input_precision=DOT_PRECISION)
+        acc += part
+    return acc
+
+
+@triton.jit
 def _wgrad_splitk_kernel(
     X,  # input (N, C, D, H, W), any strides
     DY,  # grad_output (N, K, OD, OH, OW), any strides
@@ -74,43 +129,12 @@ def _wgrad_splitk_kernel(
 
     k_lo = split * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, GEMM_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # Two-level accumulation: the matrix units' fp32 accumulate is not round-to-nearest (on
-    # Hopper it truncates, ~2**-23 bias per step), which over 1e5 steps biased dW by 1%. A
-    # fresh accumulator per PROMOTE_STEPS steps, promoted with ordinary fp32 adds, bounds it.
-    for k_outer in range(k_lo, k_hi, BLOCK_K * PROMOTE_STEPS):
-        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        steps = tl.minimum(PROMOTE_STEPS, tl.cdiv(k_hi - k_outer, BLOCK_K))
-        for step in range(0, steps):
-            offs_k = k_outer + step * BLOCK_K + tl.arange(0, BLOCK_K)
-            if IS_WIDE_INDEX:
-                offs_k = offs_k.to(tl.int64)
-            mask_k = offs_k < k_hi
-            ow = offs_k % OW
-            rest_k = offs_k // OW
-            oh = rest_k % OH
-            rest_k = rest_k // OH
-            od = rest_k % OD
-            n = rest_k // OD
-
-            dy_pos = n * stride_dyn + od * stride_dyd + oh * stride_dyh + ow * stride_dyw
-            a = tl.load(
-                DY + dy_chan_off[:, None] + dy_pos[None, :],
-                mask=mask_m[:, None] & mask_k[None, :],
-                other=0.0,
-            )
-
-            iz = (od * STRIDE_D - PAD_D)[:, None] + (tap_z * DIL_D)[None, :]
-            iy = (oh * STRIDE_H - PAD_H)[:, None] + (tap_y * DIL_H)[None, :]
-            ix = (ow * STRIDE_W - PAD_W)[:, None] + (tap_x * DIL_W)[None, :]
-            inside = (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
-            x_off = (n * stride_xn)[:, None] + x_chan_off[None, :] + iz * stride_xd + iy * stride_xh + ix * stride_xw
-            b = tl.load(X + x_off, mask=mask_k[:, None] & mask_n[None, :] & inside, other=0.0)
-            if IS_UPCAST_OPERANDS:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            part = tl.dot(a, b, part, input_precision=DOT_PRECISION)
-        acc += part
+    acc = _accumulate_tile(
+        X, DY, x_chan_off, dy_chan_off, tap_z, tap_y, tap_x, mask_m, mask_n, k_lo, k_hi,
+        D, H, W, OD, OH, OW, STRIDE_D, STRIDE_H, STRIDE_W, PAD_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W,
+        stride_xn, stride_xd, stride_xh, stride_xw, stride_dyn, stride_dyd, stride_dyh, stride_dyw,
+        BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, IS_UPCAST_OPERANDS, IS_WIDE_INDEX, PROMOTE_STEPS,
+    )
 
     row = group * KPG + offs_m
     # A workspace of split_k dWs passes 2**31 elements long before one dW does.

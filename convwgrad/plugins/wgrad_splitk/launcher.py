@@ -151,11 +151,12 @@ def check_grid(grid, target: TargetInfo, what: str) -> None:
             raise ValueError(f"{what} grid axis {axis} = {size} exceeds the limit {limit} on {target.name}")
 
 
-def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
-    """Run stage 1 (and stage 2 for split_k > 1) on the tensors' device; return the kernels launched."""
+def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, stage_grids):
+    """Run a stage-1 ``kernel`` (its arguments from ``make_args``), then the stage-2 reduction
+    when split_k > 1, on the tensors' device; return the kernels launched. Shared by every
+    family that writes this workspace layout."""
     if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
         raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
-    stage_grids = grids(problem, spec)
     for grid in stage_grids:
         check_grid(grid, target, spec.kernel_name())
     launched = []
@@ -165,17 +166,22 @@ def launch(problem, spec, target, input, grad_output, out, workspace) -> list[st
             target_tensor, out_strides = partials, _workspace_strides(problem)
         else:
             target_tensor, out_strides = out, (0, *_strides5(out))
-        args = stage1_args(
+        args = make_args(
             problem, spec, input, grad_output, target_tensor, out_strides, interpreted=interpreter_enabled()
         )
         tile = spec.tile
-        _wgrad_splitk_kernel[stage_grids[0]](*_values(args), num_warps=tile.num_warps, num_stages=tile.num_stages)
-        launched.append(_wgrad_splitk_kernel.__name__)
+        kernel[stage_grids[0]](*_values(args), num_warps=tile.num_warps, num_stages=tile.num_stages)
+        launched.append(kernel.__name__)
         if spec.two_stage:
             args = stage2_args(problem, spec, partials, out)
             _splitk_reduce_kernel[stage_grids[1]](*_values(args), num_warps=REDUCE_WARPS, num_stages=1)
             launched.append(_splitk_reduce_kernel.__name__)
     return launched
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    return run_stages(problem, spec, target, input, grad_output, out, workspace,
+                      kernel=_wgrad_splitk_kernel, make_args=stage1_args, stage_grids=grids(problem, spec))
 
 
 def _meta(shape, dtype: str, layout: str) -> torch.Tensor:
@@ -187,22 +193,20 @@ def _meta(shape, dtype: str, layout: str) -> torch.Tensor:
     return t
 
 
-def compile_kernels(problem: ConvProblem, spec: KernelSpec, target: TargetInfo) -> list[CompiledKernel]:
+def compile_stages(problem: ConvProblem, spec: KernelSpec, target: TargetInfo, *, kernel, make_args) -> list[CompiledKernel]:
     """Compile stage 1 (and stage 2) for ``target`` with strides of the problem's layout."""
     x = _meta(problem.input_shape, problem.dtype, problem.layout)
     dy = _meta(problem.grad_output_shape, problem.dtype, problem.layout)
     out = _meta(problem.weight_size, problem.dtype, "contiguous")
     pointer = f"*{problem.dtype}"
     as_types = lambda args, types: [(n, types.get(n, v)) for n, v in args]  # noqa: E731
-    if spec.two_stage:
-        args = stage1_args(problem, spec, x, dy, out, _workspace_strides(problem), interpreted=False)
-        args = as_types(args, {"X": pointer, "DY": pointer, "OUT": "*fp32"})
-    else:
-        args = as_types(stage1_args(problem, spec, x, dy, out, (0, *_strides5(out)), interpreted=False), {"X": pointer, "DY": pointer, "OUT": pointer})
+    out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
+    args = make_args(problem, spec, x, dy, out, out_strides, interpreted=False)
+    args = as_types(args, {"X": pointer, "DY": pointer, "OUT": "*fp32" if spec.two_stage else pointer})
     name = spec.kernel_name()
     tile = spec.tile
     compiled = [
-        triton_compile(_wgrad_splitk_kernel, args, target=target, num_warps=tile.num_warps,
+        triton_compile(kernel, args, target=target, num_warps=tile.num_warps,
                        num_stages=tile.num_stages, name=f"{name}.stage1")
     ]
     if spec.two_stage:
@@ -212,3 +216,7 @@ def compile_kernels(problem: ConvProblem, spec: KernelSpec, target: TargetInfo) 
                            num_stages=1, name=f"{name}.stage2")
         )
     return compiled
+
+
+def compile_kernels(problem: ConvProblem, spec: KernelSpec, target: TargetInfo) -> list[CompiledKernel]:
+    return compile_stages(problem, spec, target, kernel=_wgrad_splitk_kernel, make_args=stage1_args)

@@ -30,7 +30,7 @@ def test_one_stage_compiles_for_both_targets():
     p = ConvProblem.build(batch=8, groups=4, in_channels=16, out_channels=32, input_size=(14, 14),
                           filter_size=3, padding=1, dtype="bf16")
     for target in ("gfx950", "sm_90"):
-        (kernel,) = aot.compile(p, target, split_k=1)
+        (kernel,) = aot.compile(p, target, family="wgrad_splitk", split_k=1)
         assert kernel.name.endswith("_1stage.stage1")
         assert kernel.isa().matrix_count > 0
 

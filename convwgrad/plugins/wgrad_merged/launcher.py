@@ -1,0 +1,139 @@
+"""Launcher of the merged-group family: merged vs true dims, the gate, grids, arguments.
+
+The merged dims (what a program's tile covers) and the true dims (what sizes dW
+and the workspace) are kept apart on purpose: a tile bound taken from the true
+per-group extent would silently drop (1 - 1/Gm) of dW's rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import triton
+
+from convwgrad.plugins.wgrad_splitk import launcher as splitk
+from convwgrad.provider.aot import Constexpr
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.spec import KernelSpec
+
+from .kernels import _wgrad_merged_kernel
+
+#: Largest merge degree: 64 channels make a 64-row tile, the largest M the
+#: family's tiles use; beyond it the grid shrinks with nothing left to gain in load width.
+MAX_GROUP_MERGE = 64
+#: tl.dot needs every tile dim >= 16.
+MIN_BLOCK = 16
+
+
+@attrs.frozen(kw_only=True)
+class MergedDims:
+    """The merged GEMM a program's tile covers, beside the true per-group dims."""
+
+    grid_M: int  # rows of the merged tile: Gm * kpg
+    grid_N: int  # columns of the merged GEMM: taps * cpg * Gm
+    grid_groups: int  # programs along groups: G / Gm
+    true_M: int  # kpg: rows of one group's dW
+    true_N: int  # taps * cpg: columns of one group's dW
+
+
+def merged_dims(problem: ConvProblem, group_merge: int) -> MergedDims:
+    return MergedDims(
+        grid_M=group_merge * problem.kpg,
+        grid_N=problem.gemm_n * group_merge,
+        grid_groups=problem.groups // group_merge,
+        true_M=problem.gemm_m,
+        true_N=problem.gemm_n,
+    )
+
+
+def group_merge_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
+    """Why ``spec.group_merge`` cannot merge ``problem``'s groups on ``target``; [] when it can.
+
+    The one gate: the plugin's support() and validate() both call it, so they cannot drift.
+    """
+    gm = spec.group_merge
+    reasons = []
+    if problem.cpg != 1 or problem.kpg != 1:
+        kind = "a channel multiplier" if problem.cpg == 1 else "grouped, not depthwise"
+        reasons.append(
+            f"cpg={problem.cpg}, kpg={problem.kpg}: merging needs depthwise groups (cpg == kpg == 1); "
+            f"{kind} runs in the split-K family"
+        )
+    if gm < 2:
+        reasons.append(f"group_merge={gm}: a single group per program is the split-K family's")
+    elif gm & (gm - 1):
+        reasons.append(f"group_merge={gm} is not a power of two")
+    elif gm > MAX_GROUP_MERGE:
+        reasons.append(f"group_merge={gm} exceeds the family's limit {MAX_GROUP_MERGE}")
+    if gm >= 1 and problem.groups % gm:
+        reasons.append(f"group_merge={gm} does not divide groups={problem.groups}")
+    if not target.has_matrix_units:
+        reasons.append(f"target {target.name} has no matrix units")
+    tile = spec.tile
+    if tile is None:
+        reasons.append("needs a tile")
+    elif not reasons:
+        dims = merged_dims(problem, gm)
+        if dims.grid_M > tile.block_m:
+            reasons.append(f"merged M = {dims.grid_M} does not fit block_m={tile.block_m}")
+        if tile.block_n % gm:
+            reasons.append(f"block_n={tile.block_n} is not a multiple of group_merge={gm}")
+    return reasons
+
+
+def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
+    """Raise ValueError with the gate's reasons before anything is launched or compiled."""
+    reasons = group_merge_available(problem, spec, target)
+    if reasons:
+        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+
+
+def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
+    """Stage 1: (G/Gm * split_k, tiles over taps*Gm, 1); stage 2 as the split-K family's."""
+    dims = merged_dims(problem, spec.group_merge)
+    stage1 = (dims.grid_groups * spec.split_k, triton.cdiv(dims.grid_N, spec.tile.block_n), 1)
+    if not spec.two_stage:
+        return (stage1,)
+    return stage1, splitk.grids(problem, spec)[1]
+
+
+def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
+    d, h, w = splitk.padded3(problem.input_size, 1)
+    od, oh, ow = splitk.padded3(problem.output_size, 1)
+    split_stride, k_stride, _c_stride, z_stride, y_stride, x_stride = out_strides  # cpg == 1
+    return [
+        ("X", x), ("DY", dy), ("OUT", out),
+        ("D", d), ("H", h), ("W", w),
+        ("OD", od), ("OH", oh), ("OW", ow),
+        *zip(("FZ", "FY", "FX"), splitk.padded3(problem.filter_size, 1)),
+        *zip(("STRIDE_D", "STRIDE_H", "STRIDE_W"), splitk.padded3(problem.stride, 1)),
+        *zip(("PAD_D", "PAD_H", "PAD_W"), splitk.padded3([lo for lo, _ in problem.padding], 0)),
+        *zip(("DIL_D", "DIL_H", "DIL_W"), splitk.padded3(problem.dilation, 1)),
+        ("TAPS", math.prod(problem.filter_size)),
+        ("GEMM_K", problem.gemm_k),
+        ("K_PER_SPLIT", splitk.k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
+        *zip(("stride_xn", "stride_xc", "stride_xd", "stride_xh", "stride_xw"), splitk._strides5(x)),
+        *zip(("stride_dyn", "stride_dyc", "stride_dyd", "stride_dyh", "stride_dyw"), splitk._strides5(dy)),
+        ("stride_os", split_stride), ("stride_ok", k_stride),
+        ("stride_oz", z_stride), ("stride_oy", y_stride), ("stride_ox", x_stride),
+        ("GROUP_MERGE", Constexpr(spec.group_merge)),
+        ("BLOCK_M", Constexpr(spec.tile.block_m)),
+        ("BLOCK_N", Constexpr(spec.tile.block_n)),
+        ("BLOCK_K", Constexpr(spec.tile.block_k)),
+        ("DOT_PRECISION", Constexpr("tf32" if spec.allow_tf32 else "ieee")),
+        ("IS_UPCAST_OPERANDS", Constexpr(interpreted and spec.dtype == "bf16")),
+        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
+        ("PROMOTE_STEPS", Constexpr(splitk.PROMOTE_STEPS)),
+    ]
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    validate(problem, spec, target)
+    return splitk.run_stages(problem, spec, target, input, grad_output, out, workspace,
+                             kernel=_wgrad_merged_kernel, make_args=stage1_args, stage_grids=grids(problem, spec))
+
+
+def compile_kernels(problem, spec, target):
+    validate(problem, spec, target)
+    return splitk.compile_stages(problem, spec, target, kernel=_wgrad_merged_kernel, make_args=stage1_args)
