@@ -36,11 +36,11 @@ def describe_mismatch(out: torch.Tensor, ref: torch.Tensor) -> str:
             f"expected {ref[index].item():.6g}")
 
 
-def run_checked(problem: ConvProblem, *, family="wgrad_splitk", device=DEVICE, seed=None, **pins) -> Outcome:
-    """Run ``problem`` with fresh random inputs over NaN-poisoned dW and workspace; assert every
-    element was written and ``family`` ran; return the relative error against float64."""
-    generator = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**32)
-    x, dy = make_inputs(problem, device, generator)
+def run_checked(problem: ConvProblem, *, family="wgrad_splitk", device=DEVICE, inputs=None, **pins) -> Outcome:
+    """Run ``problem`` over NaN-poisoned dW and workspace, on fresh random inputs unless ``inputs``
+    (x, dy) are given; assert every element was written and ``family`` ran; return the relative
+    error against float64."""
+    x, dy = inputs if inputs is not None else make_inputs(problem, device)
     chosen = convwgrad.plan(problem, device if device != "cpu" else None, family=family, **pins)
     out = torch.full(problem.weight_size, float("nan"), dtype=x.dtype, device=device)
     workspace = None

@@ -26,7 +26,14 @@ from convwgrad.provider.manager import DEFAULT_PLUGINS, DISABLE_ENV, ENTRYPOINT_
 from convwgrad.provider.spec import KernelSpec, Verdict
 from convwgrad.provider.target import PROFILES
 
-BUILTINS = ("convwgrad.plugins.wgrad_splitk", "convwgrad.plugins.aten_fallback", "convwgrad.selectors")
+BUILTINS = (
+    "convwgrad.plugins.wgrad_merged",
+    "convwgrad.plugins.wgrad_splitk",
+    "convwgrad.plugins.aten_fallback",
+    "convwgrad.selectors",
+)
+#: Families the built-ins register, highest priority first.
+BUILTIN_FAMILIES = ["wgrad_merged", "wgrad_splitk", "aten"]
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +68,8 @@ def test_builds_with_builtins():
         assert pm.has_plugin(name)
     registry = families(pm)
     names = registry.names()
-    assert {"wgrad_splitk", "aten"} <= set(names)
-    assert names.index("wgrad_splitk") < names.index("aten")
+    assert set(BUILTIN_FAMILIES) <= set(names)
+    assert names.index("wgrad_merged") < names.index("wgrad_splitk") < names.index("aten")
     assert registry["wgrad_splitk"].priority > registry["aten"].priority
     assert registry["wgrad_splitk"].splits_k and not registry["aten"].splits_k
     assert [f.name for f in registry] == names
@@ -71,7 +78,7 @@ def test_builds_with_builtins():
 def test_builtins_without_entrypoints_in_order():
     pm = build_plugin_manager(load_entrypoints=False)
     assert {pm.get_name(p) for p in pm.get_plugins()} == set(BUILTINS)
-    assert families(pm).names() == ["wgrad_splitk", "aten"]
+    assert families(pm).names() == BUILTIN_FAMILIES
 
 
 def test_families_is_cached_per_manager():
@@ -81,7 +88,7 @@ def test_families_is_cached_per_manager():
 
 
 def test_unknown_family_lookup_names_the_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown kernel family 'nope'; registered: wgrad_splitk, aten"):
+    with pytest.raises(ValueError, match=r"unknown kernel family 'nope'; registered: wgrad_merged, wgrad_splitk, aten"):
         families(build_plugin_manager(load_entrypoints=False))["nope"]
 
 
@@ -102,19 +109,22 @@ def test_disable_env_blocks_the_family(monkeypatch):
     assert pm.is_blocked("convwgrad.plugins.wgrad_splitk")
     assert pm.get_plugin("convwgrad.plugins.wgrad_splitk") is None
     assert "wgrad_splitk" not in families(pm)
-    problem = _problem(groups=4)
+    problem = _problem(groups=4)  # grouped, not depthwise: wgrad_merged refuses it
     with use_plugin_manager(pm):
-        chosen = plan(problem, "sm_90")
-        text = str(explain(problem, "sm_90"))
+        chosen = plan(problem, "gfx950")
+        text = str(explain(problem, "gfx950"))
     assert chosen.family == "aten"
-    assert chosen.rule.startswith("fallback")
+    assert chosen.rule == "fallback: no Triton family admits the problem (wgrad_merged refused)"
     assert "wgrad_splitk" not in text
     assert "aten_fp32_spk1_1stage: admitted" in text
-    assert "rule:    fallback: no other family offered a candidate" in text
+    assert "rule:    fallback: no Triton family admits the problem (wgrad_merged refused)" in text
+    assert plan(problem, "gfx950").family == "wgrad_splitk"  # outside the block: the process manager
 
 
 def test_disable_env_is_comma_separated_and_trimmed(monkeypatch):
-    monkeypatch.setenv(DISABLE_ENV, " convwgrad.plugins.wgrad_splitk , ,convwgrad.plugins.aten_fallback,")
+    monkeypatch.setenv(
+        DISABLE_ENV, " convwgrad.plugins.wgrad_merged,convwgrad.plugins.wgrad_splitk , ,convwgrad.plugins.aten_fallback,"
+    )
     pm = build_plugin_manager()
     assert families(pm).names() == []
     assert pm.get_plugin("convwgrad.selectors") is not None
@@ -123,7 +133,7 @@ def test_disable_env_is_comma_separated_and_trimmed(monkeypatch):
 
 
 def test_without_disable_env_splitk_is_chosen(pm):
-    assert plan(_problem(groups=4), "sm_90").family == "wgrad_splitk"
+    assert plan(_problem(groups=4), "gfx950").family == "wgrad_splitk"
 
 
 # --------------------------------------------------------------- entry points
@@ -234,14 +244,15 @@ def test_toy_plans_for_groups_3_only(toy_pm, target, monkeypatch):
     assert chosen.rule.startswith("priority: toy")
     other = plan(_problem(groups=4), target)
     assert other.family != "toy"
-    assert other.family == ("aten" if target == "cpu" else "wgrad_splitk")
+    # sm_90: the routing's measured rule prefers aten over split-K on CUDA
+    assert other.family == ("wgrad_splitk" if target in ("gfx950", "interpreter") else "aten")
 
 
 def test_toy_refusal_is_explained(toy_pm):
-    text = str(explain(_problem(groups=4), "sm_90"))
+    text = str(explain(_problem(groups=4), "gfx950"))
     assert "toy_fp32_spk1_1stage: refused: toy computes groups == 3 only, got groups=4" in text
     assert "choice:  wgrad_splitk" in text
-    admitted = str(explain(_problem(groups=3), "sm_90"))
+    admitted = str(explain(_problem(groups=3), "gfx950"))
     assert " * toy_fp32_spk1_1stage: admitted" in admitted
 
 

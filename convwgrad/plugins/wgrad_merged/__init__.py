@@ -124,8 +124,6 @@ def convwgrad_register_families(registry):
 
 @hookimpl
 def convwgrad_candidate_specs(problem, target, group_merge):
-    if group_merge == 1:
-        return []  # Gm = 1 is the split-K family
     return candidate_specs(problem, target, group_merge)
 
 
