@@ -47,7 +47,7 @@ def cmd_bench(args) -> int:
     for label, problem in problems:
         progress = ProgressBar(label, enabled=None if args.progress is None else args.progress)
         result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
-                               splits=args.splits, first_tile_only=args.first_tile_only)
+                               splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph)
         results.append(result)
         if not args.json:
             print(format_table(result), flush=True)
@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="S,S,...", help=f"split_k degrees to sweep (default {','.join(map(str, SWEEP_SPLITS))})")
     bench.add_argument("--first-tile-only", action="store_true",
                        help="sweep only each family's (and merge degree's) preferred tile: quicker")
+    bench.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
+                       help="time CUDA-graph replays, the kernels without host dispatch (default on)")
     bench.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (default: when stderr is a terminal)")
     bench.set_defaults(func=cmd_bench)

@@ -41,6 +41,9 @@ def pm(monkeypatch):
 #: MobileNetV2's 144-channel depthwise 3x3 at 56x56, batch 32.
 MBV2 = ConvProblem.build(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, padding=1,
                          dtype=torch.bfloat16, layout="channels_last")
+#: ResNeXt-style grouped layer, 4 channels a group: not depthwise, so not the merged family's.
+GROUPED = ConvProblem.build(batch=4, groups=8, in_channels=32, input_size=(14, 14), filter_size=3, padding=1,
+                            dtype=torch.bfloat16, layout="channels_last")
 #: K_gemm = 64: one block_k=64 step, two of 32.
 SMALL = ConvProblem.build(batch=1, groups=1, in_channels=8, input_size=(8, 8), filter_size=3, padding=1)
 
@@ -98,7 +101,7 @@ def test_tile_validation(kwargs, match):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(split_k=0), r"split_k must be a positive int, got 0"),
-    (dict(group_merge=3), r"group_merge must be a power of two, got 3"),
+    (dict(group_merge=0), r"group_merge must be a positive int, got 0"),
     (dict(dtype="fp64"), r"'dtype' must be in"),
 ], ids=["split_k", "group_merge", "dtype"])
 def test_spec_validation(kwargs, match):
@@ -107,45 +110,77 @@ def test_spec_validation(kwargs, match):
 
 
 # --------------------------------------------------------------- offline plans
-@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
-def test_mobilenetv2_depthwise_plan(target):
-    info = PROFILES[target]
-    p = plan(MBV2, target)
-    assert p.family == "wgrad_splitk"
-    assert p.target == info
-    assert p.rule.startswith("priority: wgrad_splitk")
-    assert p.spec.dtype == "bf16" and p.spec.group_merge == 1
+def _check_geometry(p, problem):
+    """Every grid axis within the target's limits; the workspace holds split_k fp32 copies of dW."""
     assert len(p.grid) == (2 if p.two_stage else 1)
     for grid in p.grid:
         assert len(grid) == 3
-        assert all(1 <= size <= limit for size, limit in zip(grid, info.max_grid)), grid
-    assert p.grid[0][0] == MBV2.groups * p.split_k
+        assert all(1 <= size <= limit for size, limit in zip(grid, p.target.max_grid)), grid
+    assert p.grid[0][0] == problem.groups // p.group_merge * p.split_k
     if p.split_k > 1:
-        assert p.workspace_nbytes == p.split_k * math.prod(MBV2.weight_size) * 4
+        assert p.workspace_nbytes == p.split_k * math.prod(problem.weight_size) * 4
     else:
         assert p.workspace_nbytes == 0
-    # split-K fills the device: more workgroups than one per compute unit
-    assert p.grid[0][0] * p.grid[0][1] * p.grid[0][2] >= info.compute_units
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_mobilenetv2_depthwise_plan(target):
+    """The merged family ranks above split-K and takes a depthwise layer."""
+    p = plan(MBV2, target)
+    assert p.target == PROFILES[target]
+    assert p.family == "wgrad_merged"
+    assert p.rule.startswith("priority: wgrad_merged")
+    assert p.spec.dtype == "bf16"
+    assert p.group_merge > 1 and MBV2.groups % p.group_merge == 0
+    _check_geometry(p, MBV2)
+    # split-K fills the device: more programs than compute units
+    assert math.prod(p.grid[0]) >= p.target.compute_units
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_mobilenetv2_depthwise_plan_splitk(target):
+    p = plan(MBV2, target, family="wgrad_splitk")
+    assert p.family == "wgrad_splitk"
+    assert p.rule.startswith("priority: wgrad_splitk")  # the pin leaves aten out, so no measured rule
+    assert p.spec.dtype == "bf16" and p.group_merge == 1
+    assert p.split_k > 1
+    _check_geometry(p, MBV2)
+    assert math.prod(p.grid[0]) >= p.target.compute_units
+
+
+def test_without_merged_family(monkeypatch):
+    """Split-K alone: taken on gfx950; on CUDA the measured rule prefers aten."""
+    monkeypatch.setenv(DISABLE_ENV, "convwgrad.plugins.wgrad_merged")
+    with use_plugin_manager(build_plugin_manager(load_entrypoints=False)):
+        assert plan(MBV2, "gfx950").family == "wgrad_splitk"
+        cuda = plan(MBV2, "sm_90")
+    assert cuda.family == "aten"
+    assert cuda.rule.startswith("measured: aten is faster than wgrad_splitk on cuda")
 
 
 def test_gfx950_splits_deeper_than_sm_90():
-    """Same problem, twice the compute units: the split-K selector splits further."""
-    assert plan(MBV2, "gfx950").split_k > plan(MBV2, "sm_90").split_k
+    """Same problem, about twice the compute units: the split-K selector splits further."""
+    for family in ("wgrad_merged", "wgrad_splitk"):
+        assert plan(MBV2, "gfx950", family=family).split_k > plan(MBV2, "sm_90", family=family).split_k
 
 
+@pytest.mark.parametrize("family", ["wgrad_merged", "wgrad_splitk"])
 @pytest.mark.parametrize("split_k", [1, 2, 3, 4, 7, 16])
-def test_split_k_pin_is_honoured(split_k):
-    p = plan(MBV2, "sm_90", split_k=split_k)
-    assert p.split_k == split_k
-    assert p.family == "wgrad_splitk"
-    assert p.two_stage == (split_k > 1)
-    assert p.workspace_nbytes == (split_k * math.prod(MBV2.weight_size) * 4 if split_k > 1 else 0)
-    assert p.grid[0][0] == MBV2.groups * split_k
+def test_split_k_pin_is_honoured(family, split_k):
+    p = plan(MBV2, "gfx950", family=family, split_k=split_k)
+    assert (p.family, p.split_k, p.two_stage) == (family, split_k, split_k > 1)
+    _check_geometry(p, MBV2)
+
+
+def test_split_k_pin_alone():
+    p = plan(MBV2, "sm_90", split_k=4)
+    assert p.split_k == 4
+    assert all(spec.split_k == 4 for spec, _ in candidates(MBV2, "sm_90", split_k=4))
 
 
 def test_tile_pin_is_honoured():
     tile = Tile(block_m=32, block_n=32, block_k=32, num_warps=8, num_stages=2)
-    p = plan(MBV2, "sm_90", tile=tile)
+    p = plan(MBV2, "sm_90", family="wgrad_splitk", tile=tile)
     assert p.spec.tile == tile
     assert tile.name in p.kernel_name
 
@@ -153,6 +188,24 @@ def test_tile_pin_is_honoured():
 def test_family_pin_aten():
     p = plan(MBV2, "sm_90", family="aten")
     assert (p.family, p.grid, p.workspace_nbytes, p.split_k) == ("aten", (), 0, 1)
+
+
+@pytest.mark.parametrize("group_merge", [2, 4, 8, 16])
+def test_group_merge_pin(group_merge):
+    p = plan(MBV2, "sm_90", group_merge=group_merge)
+    assert (p.family, p.group_merge) == ("wgrad_merged", group_merge)
+    _check_geometry(p, MBV2)
+
+
+def test_group_merge_pin_no_family_admits():
+    with pytest.raises(NoCandidateError) as info:
+        plan(MBV2, "sm_90", group_merge=3)
+    message = str(info.value)
+    assert "group_merge=3 is not a power of two" in message
+    assert "group_merge=3: this family computes one group per program" in message
+    assert "group_merge=3: aten does not merge groups" in message
+    with pytest.raises(NoCandidateError, match=r"merging needs depthwise groups"):
+        plan(SMALL, "sm_90", group_merge=2)
 
 
 def test_split_k_beyond_k_steps_lists_every_refusal():
@@ -163,7 +216,7 @@ def test_split_k_beyond_k_steps_lists_every_refusal():
     message = str(err)
     assert "pins {'split_k': 4}" in message
     assert SMALL.describe() in message
-    assert {spec.family for spec, _ in err.candidates} == {"wgrad_splitk", "aten"}
+    assert {spec.family for spec, _ in err.candidates} == {"wgrad_merged", "wgrad_splitk", "aten"}
     for spec, verdict in err.candidates:
         assert not verdict
         assert spec.kernel_name() in message
@@ -180,15 +233,10 @@ def test_aten_pinned_split_k_raises_with_aten_reason():
     assert [spec.family for spec, _ in info.value.candidates] == ["aten"]
 
 
-def test_group_merge_pin_no_family_admits():
-    with pytest.raises(NoCandidateError, match=r"group_merge=2: this family computes one group per program"):
-        plan(MBV2, "sm_90", group_merge=2)
-
-
 @pytest.mark.parametrize("pins, error, match", [
     (dict(splitk=2), TypeError, r"unknown pin\(s\) \['splitk'\]"),
     (dict(block_k=64), TypeError, r"unknown pin\(s\) \['block_k'\]"),
-    (dict(family="cudnn"), ValueError, r"family='cudnn' is not registered; known: wgrad_splitk, aten"),
+    (dict(family="cudnn"), ValueError, r"family='cudnn' is not registered; known: .*wgrad_splitk, aten"),
     (dict(split_k=0), ValueError, r"split_k=0: must be a positive int"),
     (dict(group_merge=-1), ValueError, r"group_merge=-1: must be a positive int"),
     (dict(tile=(16, 16, 16)), TypeError, r"tile pin must be a Tile"),
@@ -211,11 +259,12 @@ def test_cpu_without_interpreter_falls_back_to_aten(monkeypatch):
     assert current_target("cpu").name == "cpu"
     assert not current_target("cpu").runs_triton
     for device in (torch.device("cpu"), "cpu", "cpu:0"):
-        p = plan(MBV2, device)
-        assert p.target.name == "cpu"
-    assert p.family == "aten"
-    assert p.rule.startswith("fallback")
-    assert "wgrad_splitk refused" in p.rule
+        for problem in (MBV2, GROUPED):
+            p = plan(problem, device)
+            assert p.target.name == "cpu"
+            assert p.family == "aten"
+            assert p.rule.startswith("fallback")
+            assert "wgrad_splitk" in p.rule
 
 
 @pytest.mark.parametrize("value", ["0", ""])
@@ -224,17 +273,18 @@ def test_interpreter_off_values(monkeypatch, value):
     assert current_target("cpu").name == "cpu"
 
 
-def test_cpu_with_interpreter_chooses_splitk(monkeypatch):
+def test_cpu_with_interpreter_chooses_triton(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert current_target("cpu").name == "interpreter"
     assert current_target(torch.device("cpu")).backend == "interpreter"
     for device in (torch.device("cpu"), "cpu", "cpu:0"):
-        p = plan(MBV2, device)
+        p = plan(GROUPED, device)
         assert p.target.name == "interpreter"
         assert p.family == "wgrad_splitk"
+        assert plan(MBV2, device).family == "wgrad_merged"
     # the env var is read at call time
     monkeypatch.delenv("TRITON_INTERPRET")
-    assert plan(MBV2, torch.device("cpu")).family == "aten"
+    assert plan(GROUPED, torch.device("cpu")).family == "aten"
 
 
 def test_resolve_target():
@@ -246,21 +296,29 @@ def test_resolve_target():
 
 # --------------------------------------------------------------- explain
 @pytest.mark.parametrize("target", ["sm_90", "gfx950", "cpu"])
-def test_explain_lists_every_candidate(target, monkeypatch):
+@pytest.mark.parametrize("problem", [MBV2, GROUPED], ids=["depthwise", "grouped"])
+def test_explain_lists_every_candidate(problem, target, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    exp = explain(MBV2, target)
+    exp = explain(problem, target)
     text = str(exp)
-    judged = candidates(MBV2, target)
+    lines = text.splitlines()
+    judged = candidates(problem, target)
     assert exp.candidates == judged
-    assert len(judged) == 4  # three wgrad_splitk block_k choices and aten
+    assert {spec.family for spec, _ in judged} == {"wgrad_merged", "wgrad_splitk", "aten"}
+    listed = lines[lines.index("candidates (by family priority):") + 1: lines.index(next(
+        l for l in lines if l.startswith("choice:")))]
+    assert len(listed) == len(judged)
     for spec, verdict in judged:
-        line = next(l for l in text.splitlines() if f" {spec.kernel_name()}: " in l)
-        assert ("admitted" if verdict else "refused") in line
-    assert sum(l.startswith(" * ") for l in text.splitlines()) == 1
+        line = next(l for l in listed if f" {spec.kernel_name()}: " in l)
+        assert line.split(": ", 1)[1].startswith("admitted" if verdict else "refused: ")
+    assert sum(l.startswith(" * ") for l in listed) == 1
+    order = ["wgrad_merged", "wgrad_splitk", "aten"]
+    ranks = [order.index(next(f for f in order if l[3:].startswith(f + "_"))) for l in listed]
+    assert ranks == sorted(ranks)
     assert "\nchoice:  " + exp.plan.kernel_name in text
     assert "\nrule:    " + exp.plan.rule in text
-    assert text.startswith("problem: " + MBV2.describe())
-    assert exp.plan == plan(MBV2, target)
+    assert text.startswith("problem: " + problem.describe())
+    assert exp.plan == plan(problem, target)
 
 
 def test_explain_without_choice():
@@ -268,8 +326,9 @@ def test_explain_without_choice():
     assert exp.plan is None
     text = str(exp)
     assert "choice:  none" in text
-    assert text.count("refused") == len(exp.candidates) * 2  # each in the list and again in the error
     assert "no kernel admits" in text
+    for spec, verdict in exp.candidates:
+        assert text.count(f"{spec.kernel_name()}: {verdict}") == 2  # in the list and again in the error
 
 
 # --------------------------------------------------------------- targets
