@@ -384,3 +384,35 @@ def test_no_candidate_error_pickles():
         plan(SMALL, "sm_90", split_k=4)
     clone = pickle.loads(pickle.dumps(info.value))
     assert str(clone) == str(info.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: Explanation.__str__ orders candidates by the *current* manager's families() "
+           "(provider/plan.py Explanation.__str__), not the manager that produced it",
+)
+def test_explanation_prints_the_same_outside_its_manager():
+    from convwgrad.provider.hookspecs import hookimpl
+    from convwgrad.provider.spec import Verdict
+
+    class Late:
+        @hookimpl
+        def convwgrad_register_families(self, registry):
+            registry.add("late", priority=50, description="only in this manager")
+
+        @hookimpl
+        def convwgrad_candidate_specs(self, problem, target):
+            return [KernelSpec(family="late", dtype=problem.dtype)]
+
+        @hookimpl
+        def convwgrad_support(self, problem, spec, target):
+            if spec.family == "late":
+                return Verdict.refuse("late refuses everything")
+
+    other = build_plugin_manager(load_entrypoints=False)
+    other.register(Late())
+    with use_plugin_manager(other):
+        exp = explain(GROUPED, "gfx950")
+        inside = str(exp)
+    assert inside.splitlines()[4].startswith("   late_bf16")  # highest priority, listed first
+    assert str(exp) == inside
