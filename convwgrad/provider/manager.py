@@ -48,7 +48,8 @@ def build_plugin_manager(
 
 _lock = threading.Lock()
 _current: pluggy.PluginManager | None = None
-_families: "weakref.WeakKeyDictionary[pluggy.PluginManager, FamilyRegistry]" = weakref.WeakKeyDictionary()
+#: per manager: (the ids of its plugins when the registry was built, the registry)
+_families: "weakref.WeakKeyDictionary[pluggy.PluginManager, tuple]" = weakref.WeakKeyDictionary()
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -62,14 +63,15 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
 
 def families(pm: pluggy.PluginManager | None = None) -> FamilyRegistry:
-    """The families the plugins of ``pm`` registered (cached per manager)."""
+    """The families the plugins of ``pm`` registered; rebuilt when its set of plugins changes."""
     pm = pm or get_plugin_manager()
-    registry = _families.get(pm)
-    if registry is None:
+    plugins = frozenset(id(plugin) for plugin in pm.get_plugins())
+    cached = _families.get(pm)
+    if cached is None or cached[0] != plugins:
         registry = FamilyRegistry()
         pm.hook.convwgrad_register_families(registry=registry)
-        _families[pm] = registry
-    return registry
+        cached = _families[pm] = (plugins, registry)
+    return cached[1]
 
 
 @contextlib.contextmanager

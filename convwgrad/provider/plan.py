@@ -57,8 +57,11 @@ class NoCandidateError(ValueError):
     """No candidate spec admits the problem; the message lists every candidate's reasons."""
 
     def __init__(self, message: str, candidates=()):
-        super().__init__(message)
+        super().__init__(message, tuple(candidates))
         self.candidates = list(candidates)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
     @classmethod
     def build(cls, problem: ConvProblem, target: TargetInfo, candidates, pins: dict) -> "NoCandidateError":
@@ -80,7 +83,8 @@ def _check_pins(pins: dict, registry) -> None:
     if "tile" in pins and not isinstance(pins["tile"], Tile):
         raise TypeError(f"tile pin must be a Tile, got {pins['tile']!r}")
     for name in ("split_k", "group_merge"):
-        if name in pins and (not isinstance(pins[name], int) or pins[name] < 1):
+        value = pins.get(name, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={pins[name]!r}: must be a positive int")
 
 
@@ -170,8 +174,7 @@ class Explanation:
             f"x {self.problem.groups} groups"
         )
         lines.append("candidates (by family priority):")
-        rank = {name: i for i, name in enumerate(families().names())}
-        for spec, verdict in sorted(self.candidates, key=lambda c: rank.get(c[0].family, len(rank))):
+        for spec, verdict in self.candidates:
             mark = "*" if self.plan is not None and spec == self.plan.spec else " "
             lines.append(f" {mark} {spec.kernel_name()}: {verdict}")
         if self.plan is not None:
@@ -191,6 +194,8 @@ def explain(problem: ConvProblem, target=None, **pins) -> Explanation:
     target = resolve_target(target)
     judged = candidates(problem, target, **pins)
     choice = _choose(problem, target, judged)
+    rank = {name: i for i, name in enumerate(families().names())}
+    judged = sorted(judged, key=lambda c: rank.get(c[0].family, len(rank)))  # stable: family order kept
     if choice is None:
         return Explanation(problem, target, judged, None, str(NoCandidateError.build(problem, target, judged, pins)))
     return Explanation(problem, target, judged, plan_spec(problem, choice.spec, target, choice.rule))

@@ -46,7 +46,8 @@ def _int_tuple(minimum: int):
 
 def _padding_pairs(instance, attribute, value):
     if not isinstance(value, tuple) or not all(
-        isinstance(p, tuple) and len(p) == 2 and all(isinstance(v, int) for v in p) for p in value
+        isinstance(p, tuple) and len(p) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in p)
+        for p in value
     ):
         raise ValueError(f"padding must be a tuple of (before, after) int pairs, got {value!r}")
     if any(v < 0 for p in value for v in p):

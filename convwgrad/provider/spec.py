@@ -10,7 +10,7 @@ from .problem import DTYPES, _positive_int
 
 
 def _power_of_two(instance, attribute, value):
-    if not isinstance(value, int) or value < 1 or value & (value - 1):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
         raise ValueError(f"{attribute.name} must be a power of two, got {value!r}")
 
 

@@ -314,11 +314,6 @@ def test_hookimpl_with_unknown_argument_is_rejected():
         pm.register(bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: families(pm) caches the registry on first use and never sees plugins registered later "
-           "(provider/manager.py families())",
-)
 def test_families_sees_plugins_registered_later():
     pm = build_plugin_manager(load_entrypoints=False)
     assert "late" not in families(pm)

@@ -362,7 +362,6 @@ def test_evolve_revalidates(changes, match):
         attrs.evolve(p, **changes)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _padding_pairs accepts bools as ints (problem.py _padding_pairs)")
 def test_padding_rejects_bools():
     with pytest.raises(ValueError, match=re.escape("padding")):
         ConvProblem.build(batch=1, groups=1, in_channels=1, input_size=(6, 6), filter_size=3, padding=True)

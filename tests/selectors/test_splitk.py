@@ -46,10 +46,17 @@ def test_planned_split_within_grid_and_k(channels):
 
 
 def test_routing_rules_fire_and_say_so():
-    p = depthwise(144, 56)
-    on_cuda = plan(p, "sm_90")
+    small_filter = depthwise(144, 56)
+    on_cuda = plan(small_filter, "sm_90")
     assert on_cuda.family == "aten" and on_cuda.rule.startswith("measured:")
-    on_amd = plan(p, "gfx950")
-    assert on_amd.family == "wgrad_splitk" and on_amd.rule.startswith("priority:")
-    pinned = plan(p, "sm_90", family="wgrad_splitk")
-    assert pinned.family == "wgrad_splitk"
+    large_filter = ConvProblem.build(batch=32, groups=128, in_channels=128, input_size=(56, 56),
+                                     filter_size=31, padding=15, layout="channels_last")
+    assert plan(large_filter, "sm_90").family == "wgrad_merged"
+    conv1d = ConvProblem.build(batch=32, groups=256, in_channels=256, input_size=(512,), filter_size=31, padding=15)
+    assert plan(conv1d, "sm_90").family == "wgrad_merged"
+    grouped = ConvProblem.build(batch=32, groups=32, in_channels=128, input_size=(28, 28), filter_size=3, padding=1)
+    assert plan(grouped, "sm_90").family == "aten"  # split-K measured slower on CUDA
+    on_amd = plan(small_filter, "gfx950")
+    assert on_amd.family == "wgrad_merged" and on_amd.rule.startswith("priority:")
+    pinned = plan(small_filter, "sm_90", family="wgrad_merged")
+    assert pinned.family == "wgrad_merged"

@@ -55,7 +55,7 @@ def group_merge_available(problem: ConvProblem, spec: KernelSpec, target) -> lis
     gm = spec.group_merge
     reasons = []
     if problem.cpg != 1 or problem.kpg != 1:
-        kind = "a channel multiplier" if problem.cpg == 1 else "grouped, not depthwise"
+        kind = "a channel multiplier (kpg > 1)" if problem.cpg == 1 else "a grouped convolution (cpg > 1)"
         reasons.append(
             f"cpg={problem.cpg}, kpg={problem.kpg}: merging needs depthwise groups (cpg == kpg == 1); "
             f"{kind} runs in the split-K family"
