@@ -44,14 +44,19 @@ def test_merged_matches_reference_and_gm1(case, gm, dtype, split_k):
     assert merged.error <= allowed_error(p, baseline.error), (merged.error, baseline.error)
 
 
+@pytest.mark.parametrize("split_k", [1, 2])
 @pytest.mark.parametrize("gm", [4, 8, 16])
-def test_row_guard(gm):
+def test_row_guard(gm, split_k):
     """Every row of every merged group is written: a tile bound left at the per-group extent
-    (one row) would leave rows 1..Gm-1 of each merged group NaN."""
+    (one row) would leave rows 1..Gm-1 of each merged group NaN. The workspace is poisoned
+    too, or stage 2 would sum whatever a fresh allocation held into those rows."""
     p = ConvProblem.build(**CASES["dw3x3"], dtype="fp32", layout="channels_last")
     x, dy = make_inputs(p, DEVICE)
+    chosen = convwgrad.plan(p, DEVICE, group_merge=gm, split_k=split_k)
     out = torch.full(p.weight_size, float("nan"), device=DEVICE)
-    convwgrad.dispatch_conv_grouped(p, x, dy, plan=convwgrad.plan(p, DEVICE, group_merge=gm, split_k=2), out=out)
+    workspace = torch.empty(chosen.workspace_nbytes, dtype=torch.uint8, device=DEVICE)
+    workspace.view(torch.float32).fill_(float("nan"))
+    convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out, workspace=workspace)
     missing = [row for row in range(p.out_channels) if not torch.isfinite(out[row]).all()]
     assert not missing, f"rows never written: {missing}"
 
