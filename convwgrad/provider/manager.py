@@ -19,11 +19,13 @@ ENTRYPOINT_GROUP = "convwgrad.plugins"
 #: Comma-separated plugin names (built-in module names or entry-point names) to block.
 DISABLE_ENV = "CONVWGRAD_DISABLE_PLUGINS"
 
-#: Built-in plugins, registered by module name so the core imports none of their internals.
+#: Built-in plugins, registered by name so the core imports none of their internals:
+#: "module" registers the module's hook functions, "module:attr" the object it names.
+#: Each registers under its module name, which is also what CONVWGRAD_DISABLE_PLUGINS takes.
 DEFAULT_PLUGINS = (
-    "convwgrad.plugins.wgrad_merged",
-    "convwgrad.plugins.wgrad_splitk",
-    "convwgrad.plugins.aten_fallback",
+    "convwgrad.plugins.wgrad_merged:plugin",
+    "convwgrad.plugins.wgrad_splitk:plugin",
+    "convwgrad.plugins.aten_fallback:plugin",
     "convwgrad.selectors",
 )
 
@@ -38,10 +40,12 @@ def build_plugin_manager(
         pm.set_blocked(name)
     if load_entrypoints:
         pm.load_setuptools_entrypoints(ENTRYPOINT_GROUP)
-    for module_name in default_plugins:
+    for entry in default_plugins:
+        module_name, _, attribute = entry.partition(":")
         if pm.is_blocked(module_name):
             continue
-        pm.register(importlib.import_module(module_name), name=module_name)
+        plugin = importlib.import_module(module_name)
+        pm.register(getattr(plugin, attribute) if attribute else plugin, name=module_name)
     pm.check_pending()
     return pm
 

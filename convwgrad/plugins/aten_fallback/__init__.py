@@ -7,19 +7,15 @@ tensors without TRITON_INTERPRET=1 it is what runs.
 
 from __future__ import annotations
 
-from convwgrad.provider.hookspecs import hookimpl
+from convwgrad.provider.family import FamilyPlugin
 from convwgrad.provider.reference import aten_weight_grad
-from convwgrad.provider.spec import KernelSpec, Verdict
+from convwgrad.provider.spec import KernelSpec
 
 FAMILY = "aten"
 PRIORITY = 0
 
 
-def _mine(spec) -> bool:
-    return spec.family == FAMILY
-
-
-def not_supported_reasons(problem, spec) -> list[str]:
+def not_supported_reasons(problem, spec, target) -> list[str]:
     reasons = []
     if spec.dtype != problem.dtype:
         reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
@@ -32,42 +28,20 @@ def not_supported_reasons(problem, spec) -> list[str]:
     return reasons
 
 
-@hookimpl
-def convwgrad_register_families(registry):
-    registry.add(FAMILY, priority=PRIORITY, description="torch's aten.convolution_backward (cuDNN/MIOpen/CPU)")
-
-
-@hookimpl
-def convwgrad_candidate_specs(problem, target):
+def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
     return [KernelSpec(family=FAMILY, dtype=problem.dtype)]
 
 
-@hookimpl
-def convwgrad_support(problem, spec, target):
-    if _mine(spec):
-        return Verdict.from_reasons(not_supported_reasons(problem, spec))
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    out.copy_(aten_weight_grad(problem, input, grad_output))
+    return ["aten.convolution_backward"]
 
 
-@hookimpl
-def convwgrad_workspace_nbytes(problem, spec):
-    if _mine(spec):
-        return 0
-
-
-@hookimpl
-def convwgrad_grid(problem, spec, target):
-    if _mine(spec):
-        return ()
-
-
-@hookimpl
-def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
-    if _mine(spec):
-        out.copy_(aten_weight_grad(problem, input, grad_output))
-        return ["aten.convolution_backward"]
-
-
-@hookimpl
-def convwgrad_compile(problem, spec, target):
-    if _mine(spec):
-        return []
+plugin = FamilyPlugin(
+    name=FAMILY,
+    priority=PRIORITY,
+    description="torch's aten.convolution_backward (cuDNN/MIOpen/CPU)",
+    candidate_specs=candidate_specs,
+    not_supported_reasons=not_supported_reasons,
+    launch=launch,
+)

@@ -12,8 +12,8 @@ import math
 
 from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32
 from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
-from convwgrad.provider.hookspecs import hookimpl
-from convwgrad.provider.spec import KernelSpec, Tile, Verdict
+from convwgrad.provider.family import FamilyPlugin
+from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
 
@@ -102,60 +102,22 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
     return reasons
 
 
-def layout_note(problem) -> str:
+def layout_note(problem, spec, target) -> str:
     if problem.layout == "channels_last":
         return ""
     return " (contiguous NCHW input: admitted, but channels are not adjacent, so loads stay element-wide; use channels_last)"
 
 
-def _mine(spec) -> bool:
-    return spec.family == FAMILY
-
-
-@hookimpl
-def convwgrad_register_families(registry):
-    registry.add(
-        FAMILY,
-        priority=PRIORITY,
-        description="depthwise dW, Gm adjacent groups per program as one GEMM, diagonal stored; split-K composable",
-        splits_k=True,
-    )
-
-
-@hookimpl
-def convwgrad_candidate_specs(problem, target, group_merge):
-    return candidate_specs(problem, target, group_merge)
-
-
-@hookimpl
-def convwgrad_support(problem, spec, target):
-    if not _mine(spec):
-        return None
-    reasons = not_supported_reasons(problem, spec, target)
-    if reasons:
-        return Verdict.from_reasons(reasons)
-    return Verdict.admit(note=layout_note(problem))
-
-
-@hookimpl
-def convwgrad_workspace_nbytes(problem, spec):
-    if _mine(spec):
-        return splitk_launcher.workspace_nbytes(problem, spec)
-
-
-@hookimpl
-def convwgrad_grid(problem, spec, target):
-    if _mine(spec):
-        return launcher.grids(problem, spec)
-
-
-@hookimpl
-def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
-    if _mine(spec):
-        return launcher.launch(problem, spec, target, input, grad_output, out, workspace)
-
-
-@hookimpl
-def convwgrad_compile(problem, spec, target):
-    if _mine(spec):
-        return launcher.compile_kernels(problem, spec, target)
+plugin = FamilyPlugin(
+    name=FAMILY,
+    priority=PRIORITY,
+    description="depthwise dW, Gm adjacent groups per program as one GEMM, diagonal stored; split-K composable",
+    splits_k=True,
+    candidate_specs=candidate_specs,
+    not_supported_reasons=not_supported_reasons,
+    admission_note=layout_note,
+    workspace_nbytes=splitk_launcher.workspace_nbytes,
+    grids=launcher.grids,
+    launch=launcher.launch,
+    compile=launcher.compile_kernels,
+)

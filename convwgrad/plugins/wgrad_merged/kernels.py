@@ -16,7 +16,7 @@ family's stage-2 kernel.
 import triton
 import triton.language as tl
 
-from convwgrad.plugins.wgrad_splitk.kernels import _accumulate_tile
+from convwgrad.plugins.wgrad_splitk.kernels import _accumulate_tile, _split_taps
 
 
 @triton.jit
@@ -59,10 +59,7 @@ def _wgrad_merged_kernel(
     # Bounds of the merged tile, not of one group: Gm rows, TAPS*Gm columns.
     mask_m = rows < GROUP_MERGE
     mask_n = tap < TAPS
-    tap_x = tap % FX
-    rest = tap // FX
-    tap_y = rest % FY
-    tap_z = rest // FY
+    _, tap_z, tap_y, tap_x = _split_taps(tap, FZ, FY, FX)
 
     chan_x = first_channel + col_channel
     chan_dy = first_channel + rows

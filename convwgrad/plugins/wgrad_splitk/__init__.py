@@ -1,15 +1,16 @@
 """The split-K two-stage family: implicit-GEMM dW for every grouped convolution.
 
-Registration layer: the hook implementations the provider core calls. The
-kernels are in :mod:`.kernels`, the launcher in :mod:`.launcher`.
+Registration layer: candidate specs, the support rules, and ``plugin``, the
+hook implementations the provider core registers. The kernels are in
+:mod:`.kernels`, the launcher in :mod:`.launcher`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from convwgrad.provider.hookspecs import hookimpl
-from convwgrad.provider.spec import KernelSpec, Tile, Verdict
+from convwgrad.provider.family import FamilyPlugin
+from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
 
@@ -46,7 +47,7 @@ def allows_tf32(problem, target) -> bool:
     return target.backend == "cuda" or target.arch == "gfx942"
 
 
-def candidate_specs(problem, target) -> list[KernelSpec]:
+def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
     block_m = _fit(problem.gemm_m, MAX_BLOCK_M)
     block_n = _fit(problem.gemm_n, MAX_BLOCK_N)
     stages = NUM_STAGES.get(target.backend, 1)
@@ -96,50 +97,15 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
     return reasons
 
 
-def _mine(spec) -> bool:
-    return spec.family == FAMILY
-
-
-@hookimpl
-def convwgrad_register_families(registry):
-    registry.add(
-        FAMILY,
-        priority=PRIORITY,
-        description="implicit-GEMM dW, K_gemm split over workgroups, fp32 workspace + ordered reduction",
-        splits_k=True,
-    )
-
-
-@hookimpl
-def convwgrad_candidate_specs(problem, target):
-    return candidate_specs(problem, target)
-
-
-@hookimpl
-def convwgrad_support(problem, spec, target):
-    if _mine(spec):
-        return Verdict.from_reasons(not_supported_reasons(problem, spec, target))
-
-
-@hookimpl
-def convwgrad_workspace_nbytes(problem, spec):
-    if _mine(spec):
-        return launcher.workspace_nbytes(problem, spec)
-
-
-@hookimpl
-def convwgrad_grid(problem, spec, target):
-    if _mine(spec):
-        return launcher.grids(problem, spec)
-
-
-@hookimpl
-def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
-    if _mine(spec):
-        return launcher.launch(problem, spec, target, input, grad_output, out, workspace)
-
-
-@hookimpl
-def convwgrad_compile(problem, spec, target):
-    if _mine(spec):
-        return launcher.compile_kernels(problem, spec, target)
+plugin = FamilyPlugin(
+    name=FAMILY,
+    priority=PRIORITY,
+    description="implicit-GEMM dW, K_gemm split over workgroups, fp32 workspace + ordered reduction",
+    splits_k=True,
+    candidate_specs=candidate_specs,
+    not_supported_reasons=not_supported_reasons,
+    workspace_nbytes=launcher.workspace_nbytes,
+    grids=launcher.grids,
+    launch=launcher.launch,
+    compile=launcher.compile_kernels,
+)

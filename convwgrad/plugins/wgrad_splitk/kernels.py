@@ -22,6 +22,16 @@ import triton.language as tl
 
 
 @triton.jit
+def _split_taps(index, FZ, FY, FX):
+    """Column index ((c*FZ + z)*FY + y)*FX + x of dW's GEMM view -> (c, z, y, x)."""
+    tap_x = index % FX
+    rest = index // FX
+    tap_y = rest % FY
+    rest = rest // FY
+    return rest // FZ, rest % FZ, tap_y, tap_x
+
+
+@triton.jit
 def _accumulate_tile(
     X, DY,
     x_chan_off, dy_chan_off,  # per-column input-channel and per-row grad_output-channel offsets
@@ -112,12 +122,7 @@ def _wgrad_splitk_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < KPG
     mask_n = offs_n < GEMM_N
-    tap_x = offs_n % FX
-    rest = offs_n // FX
-    tap_y = rest % FY
-    rest = rest // FY
-    tap_z = rest % FZ
-    chan_c = rest // FZ
+    chan_c, tap_z, tap_y, tap_x = _split_taps(offs_n, FZ, FY, FX)
 
     chan_x = group * CPG + chan_c
     chan_dy = group * KPG + offs_m
@@ -168,12 +173,6 @@ def _splitk_reduce_kernel(
         acc += tl.load(partials, mask=mask, other=0.0)
         partials += TOTAL
     row = offs // GEMM_N
-    col = offs % GEMM_N
-    tap_x = col % FX
-    rest = col // FX
-    tap_y = rest % FY
-    rest = rest // FY
-    tap_z = rest % FZ
-    chan_c = rest // FZ
+    chan_c, tap_z, tap_y, tap_x = _split_taps(offs % GEMM_N, FZ, FY, FX)
     out_off = row * stride_ok + chan_c * stride_oc + tap_z * stride_oz + tap_y * stride_oy + tap_x * stride_ox
     tl.store(OUT + out_off, acc.to(OUT.dtype.element_ty), mask=mask)
