@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32
+from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
 from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
 from convwgrad.provider.family import FamilyPlugin
 from convwgrad.provider.spec import KernelSpec, Tile
@@ -81,12 +81,9 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
 
 def not_supported_reasons(problem, spec, target) -> list[str]:
     reasons = launcher.group_merge_available(problem, spec, target)
-    if not target.runs_triton:
-        reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
-    if spec.dtype != problem.dtype:
-        reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
-    if reasons or spec.tile is None:
-        return reasons
+    if reasons:  # the grids of a degree the gate refuses mean nothing
+        return reasons + tiled_kernel_reasons(problem, spec, target, grids=lambda problem, spec: ())
+    return tiled_kernel_reasons(problem, spec, target, launcher.grids)
     blocks = splitk_launcher.k_blocks(problem, spec)
     if spec.split_k > blocks:
         reasons.append(f"split_k={spec.split_k} exceeds the {blocks} block_k={spec.tile.block_k} steps of "

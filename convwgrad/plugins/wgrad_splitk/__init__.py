@@ -63,14 +63,14 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
     ]
 
 
-def not_supported_reasons(problem, spec, target) -> list[str]:
+def tiled_kernel_reasons(problem, spec, target, grids) -> list[str]:
+    """Refusals every tiled Triton family shares: target, dtype, tile, split-K, TF32, index width,
+    grid limits. ``grids(problem, spec)`` gives the family's launch grids."""
     reasons = []
     if not target.runs_triton:
         reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
     if spec.dtype != problem.dtype:
         reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
-    if spec.group_merge != 1:
-        reasons.append(f"group_merge={spec.group_merge}: this family computes one group per program")
     if spec.tile is None:
         return reasons + ["needs a tile"]
     small = [f"{n}={v}" for n, v in (("block_m", spec.tile.block_m), ("block_n", spec.tile.block_n),
@@ -84,17 +84,24 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
             f"K_gemm={problem.gemm_k}: some splits would be empty"
         )
     if spec.split_k > launcher.MAX_SPLIT_K:
-        reasons.append(f"split_k={spec.split_k} exceeds the family's limit {launcher.MAX_SPLIT_K}")
+        reasons.append(f"split_k={spec.split_k} exceeds the limit {launcher.MAX_SPLIT_K}")
     if spec.allow_tf32 and not allows_tf32(problem, target):
         reasons.append(f"allow_tf32 is set but {problem.dtype} on {target.name} has no TF32 path allowed")
     if launcher.needs_wide_index(problem) and not spec.wide_index:
         reasons.append("a tensor holds >= 2**31 elements: needs wide_index (64-bit offsets)")
     if not small:
-        for grid in launcher.grids(problem, spec):
+        for grid in grids(problem, spec):
             for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
                 if size > limit:
                     reasons.append(f"grid axis {axis} = {size} exceeds the limit {limit} of {target.name}")
     return reasons
+
+
+def not_supported_reasons(problem, spec, target) -> list[str]:
+    reasons = []
+    if spec.group_merge != 1:
+        reasons.append(f"group_merge={spec.group_merge}: this family computes one group per program")
+    return reasons + tiled_kernel_reasons(problem, spec, target, launcher.grids)
 
 
 plugin = FamilyPlugin(
