@@ -13,7 +13,7 @@ pytestmark = pytest.mark.usefixtures("no_tf32")
 CASES = {
     "dw3x3": dict(batch=2, groups=16, in_channels=16, input_size=(6, 7), filter_size=3, padding=1),
     "single-merged-group": dict(batch=2, groups=8, in_channels=8, input_size=(8, 8), filter_size=3, padding=1),
-    "stride2": dict(batch=2, groups=16, in_channels=16, input_size=(9, 8), filter_size=3, stride=2, padding=1),
+    "stride2": dict(batch=2, groups=16, in_channels=16, input_size=(13, 12), filter_size=3, stride=2, padding=1),
     "dilation2-k5": dict(batch=1, groups=16, in_channels=16, input_size=(9, 9), filter_size=5, dilation=2, padding=4),
     "asym-pad": dict(batch=2, groups=16, in_channels=16, input_size=(6, 5), filter_size=3, padding=((0, 2), (2, 1))),
     "conv3d": dict(batch=1, groups=16, in_channels=16, input_size=(4, 5, 4), filter_size=3, padding=1),
