@@ -8,6 +8,7 @@ whether it admits its specs, and lets the selector choose.
 from __future__ import annotations
 
 import math
+import weakref
 
 import attrs
 
@@ -152,11 +153,35 @@ def plan(problem: ConvProblem, target=None, **pins) -> Plan:
     (a ``ValueError``) carrying every refusal reason.
     """
     target = resolve_target(target)
+    pm = get_plugin_manager()
+    key = _cache_key(pm, problem, target, pins)
+    cache = _plans.setdefault(pm, {})
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
     judged = candidates(problem, target, **pins)
     choice = _choose(problem, target, judged)
     if choice is None:
         raise NoCandidateError.build(problem, target, judged, pins)
-    return plan_spec(problem, choice.spec, target, choice.rule)
+    chosen = plan_spec(problem, choice.spec, target, choice.rule)
+    if len(cache) >= PLAN_CACHE_SIZE:
+        cache.clear()
+    cache[key] = chosen
+    return chosen
+
+
+#: Plans kept per plugin manager. A training step plans each layer every call, so a
+#: repeat must cost a dict lookup (about a microsecond), not the ~0.5 ms of planning.
+PLAN_CACHE_SIZE = 4096
+_plans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _cache_key(pm, problem, target, pins) -> tuple:
+    import torch
+
+    plugins = frozenset(id(plugin) for plugin in pm.get_plugins())
+    # Families read torch's TF32 switch when they build candidates, so it is part of the key.
+    return problem, target, tuple(sorted(pins.items())), torch.backends.cudnn.allow_tf32, plugins
 
 
 @attrs.frozen
