@@ -31,6 +31,9 @@ class TargetInfo:
     compute_units: int = field(validator=_positive_int)  # SMs or CUs
     l2_domains: int = field(default=1, validator=_positive_int)  # XCDs on CDNA3+
     warp_size: int = field(default=32, validator=_positive_int)
+    #: warps (wavefronts) one compute unit holds at once: 64 on Hopper SMs, 32 on CDNA CUs
+    #: (8 per SIMD x 4); with a kernel's warps per program it sizes one wave of programs
+    max_warps_per_cu: int = field(default=64, validator=_positive_int)
     max_grid: tuple[int, int, int] = GRID_LIMITS
     has_matrix_units: bool = True
     device_name: str = ""
@@ -50,10 +53,12 @@ class TargetInfo:
 PROFILES: dict[str, TargetInfo] = {
     "sm_90": TargetInfo(name="sm_90", backend="cuda", arch="90", compute_units=132, warp_size=32),
     "gfx950": TargetInfo(
-        name="gfx950", backend="hip", arch="gfx950", compute_units=256, l2_domains=8, warp_size=64
+        name="gfx950", backend="hip", arch="gfx950", compute_units=256, l2_domains=8, warp_size=64,
+        max_warps_per_cu=32,
     ),
     "gfx942": TargetInfo(
-        name="gfx942", backend="hip", arch="gfx942", compute_units=304, l2_domains=8, warp_size=64
+        name="gfx942", backend="hip", arch="gfx942", compute_units=304, l2_domains=8, warp_size=64,
+        max_warps_per_cu=32,
     ),
     "interpreter": TargetInfo(
         name="interpreter", backend="interpreter", arch="interpreter", compute_units=1
@@ -99,7 +104,8 @@ def hip_probe(device_index: int = 0) -> TargetInfo | str:
     except Exception as exc:
         return f"unavailable: {type(exc).__name__}: {exc}"
     return TargetInfo(
-        name=arch, backend="hip", arch=arch, compute_units=cus, l2_domains=max(1, xccs), warp_size=warp
+        name=arch, backend="hip", arch=arch, compute_units=cus, l2_domains=max(1, xccs), warp_size=warp,
+        max_warps_per_cu=32,
     )
 
 
@@ -121,6 +127,7 @@ def _device_target(device_type: str, index: int) -> TargetInfo:
             compute_units=props.multi_processor_count,
             l2_domains=known.l2_domains if known else 1,
             warp_size=64,
+            max_warps_per_cu=32,
             device_name=props.name,
         )
     return TargetInfo(

@@ -1,32 +1,75 @@
-"""A simple split-K policy: enough workgroups to fill the device, never an empty split."""
+"""The split-K policy: fill one wave of resident programs, groups included, never an empty split.
+
+Order of operations (each a function, tested on its own):
+1. ``wanted``: programs for ``TARGET_WAVES`` waves over the base grid (programs at
+   split_k = 1, which already counts groups / Gm), so a grouped problem whose tiles
+   are few but whose groups are many asks for few splits;
+2. ``cap``: clamp to the reduction (at least ``MIN_BLOCKS_PER_SPLIT`` block_k steps a
+   split), to the grid-axis limit (split_k multiplies the group axis) and to the
+   family's workspace bound;
+3. ``snap``: on targets with several L2 domains (gfx950: 8 XCDs, which take
+   workgroups round-robin), round so that base * split_k is a multiple of the domain
+   count, within the cap; when the cap is below one full step, keep the legal
+   unsnapped degree. A problem with groups <= 1 skips the snap: the plain formula.
+"""
 
 from __future__ import annotations
 
 import math
 
-#: Workgroups per compute unit the split aims for. The split-K programs are
-#: latency-bound (gathered loads), so several must share each unit: on H200 the
-#: bench demo set improved monotonically from 2 up to 16-32 programs per SM
-#: (MobileNetV2 3x3: spk2 1374 us, spk8 1056, spk16 917, spk32 894), 2026-12-02.
-TARGET_WAVES = 16
+#: Waves of resident programs the split aims for. One wave is compute_units x
+#: (max_warps_per_cu / num_warps) programs: 16 four-warp programs per H200 SM. On
+#: H200 (2026-12-02, bench demo set) split-K improved monotonically up to about
+#: one wave (MobileNetV2 3x3: spk2 1374 us, spk8 1056, spk16 917, spk32 894).
+TARGET_WAVES = 1
 #: Each split reduces at least this many block_k steps, so the fp32 workspace
 #: round trip stays small next to the split's own loads.
 MIN_BLOCKS_PER_SPLIT = 4
+#: Upper bound of any degree (the workspace is split_k x |dW| fp32).
+MAX_SPLIT_K = 1024
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def choose_split_k(problem, spec, target, base_programs: int) -> int:
-    """split_k for a tiled spec: fill ``TARGET_WAVES`` programs per compute unit of ``target``.
+def wave_programs(spec, target) -> int:
+    """Programs one wave holds: every compute unit full of this spec's programs."""
+    per_cu = max(1, target.max_warps_per_cu // spec.tile.num_warps)
+    return target.compute_units * per_cu
 
-    ``base_programs`` is the spec's grid at split_k = 1 (groups / Gm times its tiles).
-    """
+
+def wanted(spec, target, base_programs: int) -> int:
+    return max(1, _cdiv(TARGET_WAVES * wave_programs(spec, target), max(1, base_programs)))
+
+
+def cap(problem, spec, target) -> int:
+    """The largest legal degree: K steps, grid-axis limit, workspace bound."""
+    k_steps = _cdiv(problem.gemm_k, spec.tile.block_k)
+    group_programs = max(1, problem.groups // max(1, spec.group_merge))  # the axis split_k multiplies
+    return max(1, min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // group_programs, MAX_SPLIT_K))
+
+
+def snap(split_k: int, base_programs: int, domains: int, limit: int) -> int:
+    """Round ``split_k`` so base_programs * split_k divides evenly over ``domains`` L2 domains,
+    staying within ``limit``; the unsnapped degree when no multiple fits."""
+    if domains <= 1:
+        return split_k
+    step = domains // math.gcd(max(1, base_programs), domains)  # degrees that balance are multiples of step
+    if step == 1 or limit < step:
+        return split_k
+    up = _cdiv(split_k, step) * step
+    if up <= limit:
+        return up
+    return (limit // step) * step
+
+
+def choose_split_k(problem, spec, target, base_programs: int) -> int:
+    """split_k for a tiled spec on ``target``; ``base_programs`` is its grid at split_k = 1."""
     if spec.tile is None:
         return 1
-    wanted = _cdiv(TARGET_WAVES * target.compute_units, base_programs)
-    k_steps = _cdiv(problem.gemm_k, spec.tile.block_k)
-    group_programs = _cdiv(problem.groups, spec.group_merge)  # the grid axis split_k multiplies
-    cap = min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // group_programs)
-    return max(1, min(wanted, cap))
+    limit = cap(problem, spec, target)
+    split = min(wanted(spec, target, base_programs), limit)
+    if problem.groups <= 1:
+        return split
+    return snap(split, base_programs, target.l2_domains, limit)

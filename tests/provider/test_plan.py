@@ -159,10 +159,15 @@ def test_without_merged_family(monkeypatch):
     assert cuda.rule.startswith("measured: aten is faster than wgrad_splitk on cuda")
 
 
-def test_gfx950_splits_deeper_than_sm_90():
-    """Same problem, about twice the compute units: the split-K selector splits further."""
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_split_k_fills_a_wave_of_the_target(target):
+    """The split-K selector sizes the grid by the target's wave of resident programs."""
+    from convwgrad.selectors.splitk import wave_programs
+
     for family in ("wgrad_merged", "wgrad_splitk"):
-        assert plan(MBV2, "gfx950", family=family).split_k > plan(MBV2, "sm_90", family=family).split_k
+        p = plan(MBV2, target, family=family)
+        assert math.prod(p.grid[0]) >= wave_programs(p.spec, p.target)
+        assert math.prod(p.grid[0]) % p.target.l2_domains == 0
 
 
 @pytest.mark.parametrize("family", ["wgrad_merged", "wgrad_splitk"])

@@ -1,15 +1,16 @@
-"""The simple split-K policy: fill the device, never an empty split, never past the grid limit."""
+"""The split-K policy: waves of resident programs, groups-aware, clamp first, then L2-domain snap."""
 
+import attrs
 import pytest
 
 from convwgrad.provider import PROFILES, ConvProblem, KernelSpec, Tile, plan
-from convwgrad.selectors.splitk import MIN_BLOCKS_PER_SPLIT, TARGET_WAVES, choose_split_k
+from convwgrad.selectors.splitk import MIN_BLOCKS_PER_SPLIT, cap, choose_split_k, snap, wanted, wave_programs
 
 TILE = Tile(block_m=16, block_n=16, block_k=64)
 
 
-def spec(dtype="bf16"):
-    return KernelSpec(family="wgrad_splitk", dtype=dtype, tile=TILE)
+def spec(group_merge=1):
+    return KernelSpec(family="wgrad_splitk", dtype="bf16", tile=TILE, group_merge=group_merge)
 
 
 def depthwise(channels, hw, batch=32):
@@ -17,24 +18,62 @@ def depthwise(channels, hw, batch=32):
                              filter_size=3, padding=1)
 
 
+def test_wave_is_compute_units_times_resident_programs():
+    assert wave_programs(spec(), PROFILES["sm_90"]) == 132 * (64 // 4)
+    assert wave_programs(spec(), PROFILES["gfx950"]) == 256 * (32 // 4)
+
+
 @pytest.mark.parametrize("target", ["sm_90", "gfx950"])
-def test_small_grid_is_split_to_fill_waves(target):
+def test_small_grid_is_split_to_fill_a_wave(target):
     t = PROFILES[target]
-    p = depthwise(32, 56)  # base grid 32 programs
-    split = choose_split_k(p, spec(), t, p.groups)
-    assert split == -(-TARGET_WAVES * t.compute_units // 32)
+    p = depthwise(32, 56)  # base grid: 32 programs
+    split = choose_split_k(p, spec(), t, 32)
+    assert split * 32 >= wave_programs(spec(), t)
+    assert (split * 32) % t.l2_domains == 0
 
 
-def test_large_group_count_is_not_split():
-    p = depthwise(4096, 56)
-    assert choose_split_k(p, spec(), PROFILES["sm_90"], p.groups) == 1
+def test_grouped_problem_with_one_tile_does_not_ask_for_hundreds_of_slices():
+    p = ConvProblem.build(batch=32, groups=1024, in_channels=1024, input_size=(56, 56), filter_size=3, padding=1)
+    assert choose_split_k(p, spec(), PROFILES["sm_90"], base_programs=1024) <= 3
+    assert choose_split_k(depthwise(4096, 56), spec(), PROFILES["sm_90"], 4096) == 1
 
 
 def test_shallow_k_caps_the_split():
+    t = PROFILES["gfx950"]
     p = depthwise(8, 4, batch=1)  # K_gemm = 16: one 64-wide step
-    assert choose_split_k(p, spec(), PROFILES["gfx950"], p.groups) == 1
+    assert choose_split_k(p, spec(), t, 8) == 1
     p = depthwise(8, 16, batch=4)  # K_gemm = 1024: 16 steps -> at most 16 / MIN_BLOCKS_PER_SPLIT
-    assert choose_split_k(p, spec(), PROFILES["gfx950"], p.groups) == 16 // MIN_BLOCKS_PER_SPLIT
+    assert cap(p, spec(), t) == 16 // MIN_BLOCKS_PER_SPLIT
+    assert choose_split_k(p, spec(), t, 8) == 16 // MIN_BLOCKS_PER_SPLIT
+
+
+def test_large_group_count_against_the_grid_limit():
+    small_grid = attrs.evolve(PROFILES["sm_90"], max_grid=(1000, 65535, 65535))
+    p = depthwise(300, 56)
+    assert cap(p, spec(), small_grid) == 1000 // 300
+    assert choose_split_k(p, spec(), small_grid, 300) * 300 <= 1000
+    merged = spec(group_merge=4)  # the group axis holds G / Gm programs
+    assert cap(p, merged, small_grid) == 1000 // 75
+
+
+def test_clamp_first_then_snap():
+    # wanted 100 over a cap of 20, odd base, 8 domains: step 8; 24 is over the cap, so 16.
+    assert snap(min(100, 20), base_programs=3, domains=8, limit=20) == 16
+    # a cap below one full step keeps the legal unsnapped degree
+    assert snap(min(100, 5), base_programs=3, domains=8, limit=5) == 5
+    # an even base needs a smaller step: gcd(18, 8) = 2 -> multiples of 4
+    assert snap(9, base_programs=18, domains=8, limit=64) == 12
+    # one domain: nothing to snap
+    assert snap(9, base_programs=3, domains=1, limit=64) == 9
+
+
+def test_dense_problem_keeps_the_plain_formula():
+    t = PROFILES["gfx950"]
+    dense = ConvProblem.build(batch=32, groups=1, in_channels=64, out_channels=64, input_size=(28, 28),
+                              filter_size=3, padding=1)
+    base = 3
+    expected = min(wanted(spec(), t, base), cap(dense, spec(), t))
+    assert choose_split_k(dense, spec(), t, base) == expected
 
 
 @pytest.mark.parametrize("channels", [1, 7, 64, 1000, 65537])
