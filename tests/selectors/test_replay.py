@@ -37,7 +37,7 @@ def test_selector_choices_replay_through_support(target):
                 continue
             verdict = pm.hook.convwgrad_support(problem=problem, spec=chosen.spec, target=t)
             assert verdict, (problem.describe(), chosen.kernel_name, verdict)
-            assert all(size <= limit for size, limit in zip(chosen.grid[0], t.max_grid))
+            assert all(size <= limit for grid in chosen.grid for size, limit in zip(grid, t.max_grid))
             if chosen.family == "wgrad_merged":
                 merged += 1
                 assert group_merge_available(problem, chosen.spec, t) == [], chosen.kernel_name
