@@ -45,7 +45,7 @@ def cmd_bench(args) -> int:
               "timings there mean nothing", file=sys.stderr)
     results = []
     for label, problem in problems:
-        progress = ProgressBar(label, enabled=None if args.progress is None else args.progress)
+        progress = ProgressBar(label, enabled=args.progress)
         result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
                                splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph)
         results.append(result)
@@ -64,6 +64,41 @@ def cmd_bench(args) -> int:
         print()
     failed = sum(len(r.failed()) for r in results)
     return 1 if failed else 0
+
+
+def cmd_sweep(args) -> int:
+    import torch
+
+    from .bench import ProgressBar, bench_problem
+    from .scoring import write_results
+    from .shapes import read_csv
+
+    problems = read_csv(args.shapes, dtype=args.dtype, layout=args.layout)
+    if not torch.cuda.is_available():
+        print("no GPU found: the sweep runs through the Triton interpreter; its timings mean nothing", file=sys.stderr)
+    results = []
+    for label, problem in problems:
+        progress = ProgressBar(label, enabled=args.progress)
+        results.append(bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
+                                     splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph))
+        write_results(results, args.output)  # after every shape, so a cut-off sweep keeps what it measured
+    failed = sum(len(r.failed()) for r in results)
+    print(f"{len(problems)} shapes, {sum(len(r.results) for r in results)} configs, {failed} failed verification "
+          f"-> {args.output}")
+    return 1 if failed else 0
+
+
+def cmd_score(args) -> int:
+    import json as json_module
+
+    from .scoring import format_score, plot, read_results, score
+
+    scores = read_results(args.results)
+    summary = score(scores)
+    print(json_module.dumps(summary, indent=1) if args.json else format_score(summary))
+    if args.plot:
+        print(plot(scores, args.plot), file=sys.stderr)
+    return 0
 
 
 def cmd_explain(args) -> int:
@@ -90,26 +125,44 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_timing_args(parser):
     from .bench import SWEEP_SPLITS
 
+    parser.add_argument("--warmup-ms", type=float, default=25.0)
+    parser.add_argument("--rep-ms", type=float, default=100.0)
+    parser.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=SWEEP_SPLITS,
+                        metavar="S,S,...", help=f"split_k degrees to sweep (default {','.join(map(str, SWEEP_SPLITS))})")
+    parser.add_argument("--first-tile-only", action="store_true",
+                        help="sweep only each family's (and merge degree's) preferred tile: quicker")
+    parser.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
+                        help="time CUDA-graph replays, the kernels without host dispatch (default on)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="convwgrad", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="verify and time every admissible config; rank them")
     _add_problem_args(bench, demo=True)
     bench.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    bench.add_argument("--warmup-ms", type=float, default=25.0)
-    bench.add_argument("--rep-ms", type=float, default=100.0)
-    bench.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=SWEEP_SPLITS,
-                       metavar="S,S,...", help=f"split_k degrees to sweep (default {','.join(map(str, SWEEP_SPLITS))})")
-    bench.add_argument("--first-tile-only", action="store_true",
-                       help="sweep only each family's (and merge degree's) preferred tile: quicker")
-    bench.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
-                       help="time CUDA-graph replays, the kernels without host dispatch (default on)")
-    bench.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress bar on stderr (default: when stderr is a terminal)")
+    _add_timing_args(bench)
     bench.set_defaults(func=cmd_bench)
+
+    sweep = sub.add_parser("sweep", help="verify and time every admissible config of every shape in a CSV")
+    sweep.add_argument("shapes", help="CSV of shapes (see --help of bench for the keys)")
+    sweep.add_argument("-o", "--output", required=True, help="results CSV (rewritten after every shape)")
+    sweep.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
+    sweep.add_argument("--layout", default="channels_last", choices=("contiguous", "channels_last"))
+    _add_timing_args(sweep)
+    sweep.set_defaults(func=cmd_sweep)
+
+    scorer = sub.add_parser("score", help="score the policy against the oracle from sweep results")
+    scorer.add_argument("results", help="results CSV written by `convwgrad sweep`")
+    scorer.add_argument("--plot", metavar="PNG", help="write per-shape speedups, sorted, as a PNG")
+    scorer.add_argument("--json", action="store_true")
+    scorer.set_defaults(func=cmd_score)
 
     explain = sub.add_parser("explain", help="every candidate with its verdict, and the choice")
     _add_problem_args(explain, demo=False)
@@ -127,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "bench" and "TRITON_INTERPRET" not in os.environ:
+    if args.command in ("bench", "sweep") and "TRITON_INTERPRET" not in os.environ:
         import torch
 
         if not torch.cuda.is_available():

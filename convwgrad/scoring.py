@@ -1,0 +1,160 @@
+"""`convwgrad sweep` results as CSV, and `convwgrad score`: the policy against the oracle.
+
+A results file has one row per (shape, config): verified configs carry a time,
+failed ones never set a best or a ratio. Per shape:
+
+- baseline: the best Gm = 1 config (the split-K family);
+- oracle: the best verified config of any Triton family or torch;
+- policy: the config ``plan()`` chose when the sweep ran (the row marked planned);
+- torch: torch's own convolution backward (the aten row), measured in the same process.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+
+import attrs
+
+COLUMNS = ("shape", "problem", "kernel_name", "family", "gm", "spk", "tile", "error", "passed", "time_ms", "planned", "note")
+
+
+def write_results(results, path: str) -> int:
+    """Write bench ProblemResults as CSV rows; return the number of rows."""
+    rows = 0
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for result in results:
+            for config in result.results:
+                row = config.row()
+                writer.writerow({"shape": result.label, "problem": result.problem.describe(),
+                                 **{k: row[k] for k in COLUMNS if k in row}})
+                rows += 1
+    return rows
+
+
+@attrs.frozen
+class ShapeScore:
+    shape: str
+    baseline_ms: float | None
+    oracle_ms: float
+    policy_ms: float | None
+    torch_ms: float | None
+    oracle_config: str
+    policy_config: str
+
+
+def read_results(path: str) -> list[ShapeScore]:
+    by_shape: dict[str, list[dict]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            by_shape.setdefault(row["shape"], []).append(row)
+    scores = []
+    for shape, rows in by_shape.items():
+        passed = [r for r in rows if r["passed"] == "True" and r["time_ms"] not in ("", "None")]
+        if not passed:
+            continue
+        time = lambda r: float(r["time_ms"])  # noqa: E731
+        baseline = [time(r) for r in passed if r["family"] == "wgrad_splitk"]
+        torch_rows = [time(r) for r in passed if r["family"] == "aten"]
+        policy = [r for r in passed if r["planned"] == "True"]
+        oracle = min(passed, key=time)
+        scores.append(ShapeScore(
+            shape=shape,
+            baseline_ms=min(baseline) if baseline else None,
+            oracle_ms=time(oracle),
+            policy_ms=time(policy[0]) if policy else None,
+            torch_ms=min(torch_rows) if torch_rows else None,
+            oracle_config=oracle["kernel_name"],
+            policy_config=policy[0]["kernel_name"] if policy else "(planned config failed verification)",
+        ))
+    return scores
+
+
+def _stats(values) -> dict:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return {"n": 0}
+    p90 = values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)]
+    return {
+        "n": len(values),
+        "geomean": math.exp(sum(map(math.log, values)) / len(values)),
+        "median": statistics.median(values),
+        "p90": p90,
+        "min": values[0],
+        "max": values[-1],
+    }
+
+
+def score(scores: list[ShapeScore]) -> dict:
+    """Aggregate speedups (time ratios > 1 mean faster than the reference)."""
+    over_baseline = [s.baseline_ms / s.policy_ms for s in scores if s.baseline_ms and s.policy_ms]
+    oracle_over_baseline = [s.baseline_ms / s.oracle_ms for s in scores if s.baseline_ms]
+    captured = [s.oracle_ms / s.policy_ms for s in scores if s.policy_ms]
+    over_torch = [s.torch_ms / s.policy_ms for s in scores if s.torch_ms and s.policy_ms]
+    exact = sum(1 for s in scores if s.policy_config == s.oracle_config)
+    worst = min(scores, key=lambda s: s.oracle_ms / s.policy_ms if s.policy_ms else 0.0, default=None)
+    return {
+        "shapes": len(scores),
+        "policy_speedup_over_gm1": _stats(over_baseline),
+        "oracle_speedup_over_gm1": _stats(oracle_over_baseline),
+        "policy_fraction_of_oracle": _stats(captured),
+        "policy_speedup_over_torch": _stats(over_torch),
+        "exact_best": exact,
+        "worst_vs_oracle": None if worst is None else {
+            "shape": worst.shape, "fraction": worst.oracle_ms / worst.policy_ms if worst.policy_ms else 0.0,
+            "policy": worst.policy_config, "oracle": worst.oracle_config,
+        },
+    }
+
+
+def format_score(summary: dict) -> str:
+    lines = [f"shapes scored: {summary['shapes']}; policy picked the exact best on {summary['exact_best']}"]
+    for key, label in (
+        ("policy_speedup_over_gm1", "policy speedup over best Gm=1"),
+        ("oracle_speedup_over_gm1", "oracle speedup over best Gm=1"),
+        ("policy_fraction_of_oracle", "fraction of the oracle captured"),
+        ("policy_speedup_over_torch", "policy speedup over torch (cuDNN)"),
+    ):
+        st = summary[key]
+        if not st["n"]:
+            lines.append(f"{label}: no data")
+            continue
+        lines.append(f"{label}: geomean {st['geomean']:.3f} median {st['median']:.3f} p90 {st['p90']:.3f} "
+                     f"min {st['min']:.3f} max {st['max']:.3f} (n={st['n']})")
+    worst = summary["worst_vs_oracle"]
+    if worst:
+        lines.append(f"worst vs oracle: {worst['shape']} at {worst['fraction']:.3f} "
+                     f"(policy {worst['policy']}, oracle {worst['oracle']})")
+    return "\n".join(lines)
+
+
+def plot(scores: list[ShapeScore], path: str) -> str:
+    """PNG of per-shape speedups (policy over Gm=1, oracle over Gm=1, policy over torch), sorted."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'convwgrad[plot]'): no plot written"
+    series = {
+        "policy / best Gm=1": [s.baseline_ms / s.policy_ms for s in scores if s.baseline_ms and s.policy_ms],
+        "oracle / best Gm=1": [s.baseline_ms / s.oracle_ms for s in scores if s.baseline_ms],
+        "policy / torch": [s.torch_ms / s.policy_ms for s in scores if s.torch_ms and s.policy_ms],
+    }
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for label, values in series.items():
+        ax.plot(sorted(values), marker=".", linewidth=1, label=label)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("shapes, sorted by speedup")
+    ax.set_ylabel("speedup (x, log scale)")
+    ax.set_title("convwgrad: per-shape speedups")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot written to {path}"

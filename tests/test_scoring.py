@@ -1,0 +1,50 @@
+"""sweep writes verified rows; score computes the policy's standing against the oracle."""
+
+import csv
+import math
+
+from convwgrad.cli import main
+from convwgrad.scoring import COLUMNS, read_results, score
+
+
+def write(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for shape, name, family, time_ms, planned, passed in rows:
+            writer.writerow({"shape": shape, "problem": "-", "kernel_name": name, "family": family, "gm": 1,
+                             "spk": 1, "tile": "-", "error": 0.001, "passed": passed, "time_ms": time_ms,
+                             "planned": planned, "note": ""})
+
+
+def test_score_against_oracle_and_baselines(tmp_path):
+    path = tmp_path / "results.csv"
+    write(path, [
+        ("a", "splitk", "wgrad_splitk", 10.0, False, True),
+        ("a", "merged8", "wgrad_merged", 2.0, True, True),   # policy = oracle
+        ("a", "aten", "aten", 4.0, False, True),
+        ("b", "splitk", "wgrad_splitk", 8.0, False, True),
+        ("b", "merged4", "wgrad_merged", 4.0, True, True),   # policy
+        ("b", "merged8", "wgrad_merged", 1.0, False, False),  # failed verification: never the oracle
+        ("b", "merged16", "wgrad_merged", 2.0, False, True),  # oracle
+        ("b", "aten", "aten", 8.0, False, True),
+    ])
+    summary = score(read_results(str(path)))
+    assert summary["shapes"] == 2 and summary["exact_best"] == 1
+    assert math.isclose(summary["policy_speedup_over_gm1"]["geomean"], math.sqrt(5.0 * 2.0))
+    assert math.isclose(summary["policy_fraction_of_oracle"]["min"], 0.5)
+    assert summary["worst_vs_oracle"]["shape"] == "b" and summary["worst_vs_oracle"]["oracle"] == "merged16"
+    assert math.isclose(summary["policy_speedup_over_torch"]["max"], 2.0)
+
+
+def test_sweep_then_score_on_the_interpreter(tmp_path, capsys):
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("name,N,C,g,H,W,k,s\ntiny,1,8,8,5,5,3,1\n")
+    results = tmp_path / "results.csv"
+    assert main(["sweep", str(shapes), "-o", str(results), "--splits", "1,2", "--first-tile-only",
+                 "--no-progress", "--dtype", "fp16"]) == 0
+    rows = list(csv.DictReader(open(results)))
+    assert {r["family"] for r in rows} == {"wgrad_merged", "wgrad_splitk", "aten"}
+    assert sum(r["planned"] == "True" for r in rows) == 1 and all(r["passed"] == "True" for r in rows)
+    assert main(["score", str(results)]) == 0
+    assert "fraction of the oracle captured" in capsys.readouterr().out
