@@ -85,6 +85,13 @@ def cmd_sweep(args) -> int:
     failed = sum(len(r.failed()) for r in results)
     print(f"{len(problems)} shapes, {sum(len(r.results) for r in results)} configs, {failed} failed verification "
           f"-> {args.output}")
+    if args.tuning_cache:
+        from .provider.target import current_target
+        from .selectors.tuning import write_cache
+
+        target = current_target()
+        best = [(r.problem, target, r.ranked()[0].spec, r.ranked()[0].time_ms) for r in results if r.ranked()]
+        print(f"{write_cache(args.tuning_cache, best)} tuned entries for {target.name} -> {args.tuning_cache}")
     return 1 if failed else 0
 
 
@@ -155,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("-o", "--output", required=True, help="results CSV (rewritten after every shape)")
     sweep.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
     sweep.add_argument("--layout", default="channels_last", choices=("contiguous", "channels_last"))
+    sweep.add_argument("--tuning-cache", metavar="JSON",
+                       help="also write each shape's best verified config, for CONVWGRAD_TUNING_CACHE")
     _add_timing_args(sweep)
     sweep.set_defaults(func=cmd_sweep)
 

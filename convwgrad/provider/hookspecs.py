@@ -111,6 +111,18 @@ def convwgrad_compile(problem, spec, target):
 
 # ----------------------------------------------------------------- selectors
 @hookspec(firstresult=True)
+def convwgrad_tuned_spec(problem, target):
+    """Return a spec measured best for ``problem`` on ``target`` (a tuning cache), or ``None``.
+
+    plan() consults this before the policy, judges the spec with
+    :func:`convwgrad_support` like any other, and falls back to the policy (with
+    a warning) when it is refused. Pins bypass it.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def convwgrad_choose_split_k(problem, spec, target, base_programs):
     """Return the split-K degree for ``spec`` (a family that splits K) on ``target``.
 

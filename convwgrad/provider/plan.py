@@ -8,6 +8,7 @@ whether it admits its specs, and lets the selector choose.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 
 import attrs
@@ -154,20 +155,37 @@ def plan(problem: ConvProblem, target=None, **pins) -> Plan:
     """
     target = resolve_target(target)
     pm = get_plugin_manager()
-    key = _cache_key(pm, problem, target, pins)
+    tuned = None if pins else pm.hook.convwgrad_tuned_spec(problem=problem, target=target)
+    key = (*_cache_key(pm, problem, target, pins), tuned)
     cache = _plans.setdefault(pm, {})
     cached = cache.get(key)
     if cached is not None:
         return cached
-    judged = candidates(problem, target, **pins)
-    choice = _choose(problem, target, judged)
-    if choice is None:
-        raise NoCandidateError.build(problem, target, judged, pins)
-    chosen = plan_spec(problem, choice.spec, target, choice.rule)
+    chosen = None if tuned is None else _tuned(pm, problem, target, tuned)
+    if chosen is None:
+        judged = candidates(problem, target, **pins)
+        choice = _choose(problem, target, judged)
+        if choice is None:
+            raise NoCandidateError.build(problem, target, judged, pins)
+        chosen = plan_spec(problem, choice.spec, target, choice.rule)
     if len(cache) >= PLAN_CACHE_SIZE:
         cache.clear()
     cache[key] = chosen
     return chosen
+
+
+def _tuned(pm, problem, target, spec) -> Plan | None:
+    verdict = pm.hook.convwgrad_support(problem=problem, spec=spec, target=target)
+    if not verdict:
+        warnings.warn(f"tuning cache entry {spec.kernel_name()} for {problem.describe()} is refused now "
+                      f"({verdict}); using the policy", stacklevel=3)
+        return None
+    return plan_spec(problem, spec, target, f"tuned: measured best on {target.name} (tuning cache)")
+
+
+def clear_plan_cache() -> None:
+    """Forget every cached plan (a tuning cache that reloads calls this)."""
+    _plans.clear()
 
 
 #: Plans kept per plugin manager. A training step plans each layer every call, so a

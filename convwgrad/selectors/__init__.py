@@ -10,6 +10,7 @@ from convwgrad.provider.hookspecs import hookimpl
 
 from .routing import select
 from .splitk import choose_split_k
+from .tuning import CACHE
 
 
 @hookimpl(trylast=True)
@@ -20,3 +21,8 @@ def convwgrad_choose_split_k(problem, spec, target, base_programs):
 @hookimpl(trylast=True)
 def convwgrad_select(problem, target, candidates, families):
     return select(problem, target, candidates, families)
+
+
+@hookimpl(trylast=True)
+def convwgrad_tuned_spec(problem, target):
+    return CACHE.lookup(problem, target)

@@ -1,0 +1,107 @@
+"""An optional persistent tuning cache: the best verified config of each swept shape.
+
+Written by ``convwgrad sweep ... --tuning-cache FILE`` on a device; read when
+``CONVWGRAD_TUNING_CACHE=FILE`` is set. Entries are keyed by problem, target
+and device; the file by library version. A corrupt file, a file of another
+library version, or an entry that no longer parses is ignored with a warning,
+never trusted; plan() also re-judges every tuned spec with support().
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import attrs
+
+from convwgrad.provider.plan import clear_plan_cache
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.spec import KernelSpec, Tile
+
+ENV = "CONVWGRAD_TUNING_CACHE"
+FORMAT = 1
+
+
+def _version() -> str:
+    from convwgrad import __version__
+
+    return __version__
+
+
+def _problem_key(problem: ConvProblem) -> str:
+    return json.dumps(attrs.asdict(problem, recurse=True), sort_keys=True, default=list)
+
+
+def _spec_from(data: dict) -> KernelSpec:
+    tile = data.get("tile")
+    return KernelSpec(**{**data, "tile": Tile(**tile) if tile else None})
+
+
+def write_cache(path: str, entries) -> int:
+    """Write ``(problem, target, spec, time_ms)`` entries; return how many."""
+    records = [
+        {
+            "problem": attrs.asdict(problem, recurse=True),
+            "target": target.name,
+            "device": target.device_name,
+            "spec": attrs.asdict(spec, recurse=True),
+            "kernel_name": spec.kernel_name(),
+            "time_ms": time_ms,
+        }
+        for problem, target, spec, time_ms in entries
+    ]
+    with open(path, "w") as f:
+        json.dump({"format": FORMAT, "library_version": _version(), "entries": records}, f, indent=1)
+    return len(records)
+
+
+class TuningCache:
+    def __init__(self):
+        self._source = None  # (path, mtime) of what is loaded
+        self._entries: dict = {}
+
+    def _load(self, path: str) -> None:
+        try:
+            mtime = os.path.getmtime(path)
+        except OSError as exc:
+            if self._source != (path, None):
+                warnings.warn(f"{ENV}={path}: cannot read it ({exc}); ignoring the tuning cache", stacklevel=4)
+            self._source, self._entries = (path, None), {}
+            return
+        if self._source == (path, mtime):
+            return
+        self._source, self._entries = (path, mtime), {}
+        clear_plan_cache()
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if data.get("format") != FORMAT or data.get("library_version") != _version():
+                raise ValueError(f"stale: format {data.get('format')}, library {data.get('library_version')} "
+                                 f"(this is format {FORMAT}, library {_version()})")
+            records = data["entries"]
+        except Exception as exc:
+            warnings.warn(f"{ENV}={path}: ignored ({type(exc).__name__}: {exc})", stacklevel=4)
+            return
+        for record in records:
+            try:
+                problem = ConvProblem(**{
+                    **record["problem"],
+                    **{k: tuple(record["problem"][k]) for k in ("input_size", "filter_size", "stride", "dilation")},
+                    "padding": tuple(tuple(p) for p in record["problem"]["padding"]),
+                })
+                spec = _spec_from(record["spec"])
+                self._entries[(_problem_key(problem), record["target"], record.get("device", ""))] = spec
+            except Exception as exc:
+                warnings.warn(f"{ENV}={path}: an entry is ignored ({type(exc).__name__}: {exc})", stacklevel=4)
+
+    def lookup(self, problem: ConvProblem, target) -> KernelSpec | None:
+        path = os.environ.get(ENV)
+        if not path:
+            return None
+        self._load(path)
+        key = (_problem_key(problem), target.name)
+        return self._entries.get((*key, target.device_name)) or self._entries.get((*key, ""))
+
+
+CACHE = TuningCache()

@@ -1,0 +1,58 @@
+"""The persistent tuning cache: consulted before the policy, never trusted when corrupt or stale."""
+
+import json
+
+import pytest
+
+import convwgrad
+from convwgrad.provider import PROFILES, ConvProblem
+from convwgrad.selectors.tuning import ENV, write_cache
+
+P = ConvProblem.build(batch=8, groups=64, in_channels=64, input_size=(14, 14), filter_size=5, padding=2,
+                      layout="channels_last")
+T = PROFILES["gfx950"]
+
+
+@pytest.fixture
+def cache_file(tmp_path, monkeypatch):
+    path = tmp_path / "tuning.json"
+    monkeypatch.setenv(ENV, str(path))
+    return path
+
+
+def test_tuned_spec_is_taken_before_the_policy(cache_file):
+    tuned = convwgrad.plan(P, T, family="wgrad_merged", group_merge=4, split_k=3).spec
+    with pytest.warns(UserWarning, match="cannot read it"):  # the file does not exist yet
+        assert convwgrad.plan(P, T).spec != tuned
+    write_cache(str(cache_file), [(P, T, tuned, 0.01)])
+    chosen = convwgrad.plan(P, T)
+    assert chosen.spec == tuned and chosen.rule.startswith("tuned:")
+    assert convwgrad.plan(P, T, split_k=2).split_k == 2  # pins bypass the cache
+
+
+def test_corrupt_file_is_ignored_with_a_warning(cache_file):
+    cache_file.write_text("{not json")
+    with pytest.warns(UserWarning, match="ignored"):
+        chosen = convwgrad.plan(P, "gfx942")
+    assert not chosen.rule.startswith("tuned")
+
+
+def test_stale_library_version_is_ignored(cache_file):
+    tuned = convwgrad.plan(P, T, family="wgrad_merged", group_merge=4, split_k=3).spec
+    write_cache(str(cache_file), [(P, T, tuned, 0.01)])
+    data = json.loads(cache_file.read_text())
+    data["library_version"] = "0.0.0-old"
+    cache_file.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="stale"):
+        chosen = convwgrad.plan(P, T)
+    assert not chosen.rule.startswith("tuned")
+
+
+def test_entry_the_gate_refuses_now_falls_back_to_the_policy(cache_file):
+    bad = convwgrad.plan(P, T, family="wgrad_merged", group_merge=4, split_k=3).spec
+    import attrs
+
+    write_cache(str(cache_file), [(P, T, attrs.evolve(bad, group_merge=128), 0.01)])
+    with pytest.warns(UserWarning, match="refused now"):
+        chosen = convwgrad.plan(P, T)
+    assert chosen.rule.startswith("priority")
