@@ -8,7 +8,6 @@ the vector loads need channels_last (explain() says so).
 
 from __future__ import annotations
 
-import math
 
 from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
 from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
@@ -20,9 +19,11 @@ from . import launcher
 FAMILY = "wgrad_merged"
 #: Above split-K (10): where the gate admits a depthwise problem, merging is the family built for it.
 PRIORITY = 20
-#: Degrees offered. Ordered per dtype in candidate_specs: the degree whose channel
-#: run is one 16-byte vector first (bf16/fp16: 8, fp32: 4), then by distance from it.
-DEGREES = (2, 4, 8, 16, 32)
+#: Degrees offered, preferred first: the largest the gate admits. On H200 (35 published
+#: layers, bf16, 2026-12-02, best split per degree) "largest admitted" captured 0.933 of
+#: the best degree's speed (geomean; worst 0.72), "one 16-byte vector (8) first" 0.898
+#: (worst 0.54). The bench and the selectors issue refine this.
+DEGREES = (32, 16, 8, 4, 2)
 VECTOR_BYTES = 16
 #: Merged columns (taps x Gm) per program: 128 holds a 3x3 filter at Gm = 8 or
 #: 4x4 taps at Gm = 8 in one tile with 16 fp32 accumulators a thread. Not yet swept.
@@ -43,8 +44,7 @@ def _pow2_at_least(value: int, floor: int) -> int:
 
 
 def preferred_degrees(problem) -> list[int]:
-    vector = max(1, VECTOR_BYTES // problem.element_size)
-    return sorted(DEGREES, key=lambda gm: (abs(math.log2(gm) - math.log2(vector)), -gm))
+    return list(DEGREES)
 
 
 def block_k_choices(problem, block_m: int, target) -> tuple[int, ...]:
