@@ -54,6 +54,7 @@ class ProblemResult:
     device: str
     timed_on_gpu: bool
     results: tuple[ConfigResult, ...]
+    target: object = None  # the TargetInfo the configs were planned for
 
     def ranked(self) -> list[ConfigResult]:
         return sorted((r for r in self.results if r.passed), key=lambda r: r.time_ms)
@@ -143,13 +144,14 @@ def bench_problem(
     splits=SWEEP_SPLITS,
     first_tile_only: bool = False,
     graph: bool = True,
+    reference_on_device: bool = False,
 ) -> ProblemResult:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     target = current_target(device)
     on_gpu = device.type == "cuda"
     generator = torch.Generator().manual_seed(seed)
     x, dy = make_inputs(problem, device, generator)
-    reference = reference_weight_grad(problem, x, dy)
+    reference = reference_weight_grad(problem, x, dy, device=device if reference_on_device else "cpu")
     planned = make_plan(problem, target)
     results = []
     specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only)
@@ -178,7 +180,8 @@ def bench_problem(
                                     planned=spec == planned.spec, note=note))
     if progress:
         progress(len(specs), len(specs), "")
-    return ProblemResult(label=label, problem=problem, device=str(device), timed_on_gpu=on_gpu, results=tuple(results))
+    return ProblemResult(label=label, problem=problem, device=str(device), timed_on_gpu=on_gpu,
+                         results=tuple(results), target=target)
 
 
 def format_table(result: ProblemResult) -> str:

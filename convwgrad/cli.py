@@ -70,28 +70,30 @@ def cmd_sweep(args) -> int:
     import torch
 
     from .bench import ProgressBar, bench_problem
-    from .scoring import write_results
+    from .scoring import measured_shapes, write_results
     from .shapes import read_csv
 
     problems = read_csv(args.shapes, dtype=args.dtype, layout=args.layout)
+    index, count = args.shard
+    problems = problems[index::count]
+    if args.resume:
+        done = measured_shapes(args.output)
+        problems = [(label, p) for label, p in problems if label not in done]
+        print(f"resuming: {len(done)} shapes already in {args.output}, {len(problems)} to go", file=sys.stderr)
     if not torch.cuda.is_available():
         print("no GPU found: the sweep runs through the Triton interpreter; its timings mean nothing", file=sys.stderr)
     results = []
     for label, problem in problems:
         progress = ProgressBar(label, enabled=args.progress)
-        results.append(bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
-                                     splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph))
-        write_results(results, args.output)  # after every shape, so a cut-off sweep keeps what it measured
+        result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
+                               splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph,
+                               reference_on_device=args.reference_on_device)
+        # one shape at a time, appended, so a sweep cut off by a time limit keeps what it measured
+        write_results([result], args.output, append=args.resume or bool(results))
+        results.append(result)
     failed = sum(len(r.failed()) for r in results)
     print(f"{len(problems)} shapes, {sum(len(r.results) for r in results)} configs, {failed} failed verification "
           f"-> {args.output}")
-    if args.tuning_cache:
-        from .provider.target import current_target
-        from .selectors.tuning import write_cache
-
-        target = current_target()
-        best = [(r.problem, target, r.ranked()[0].spec, r.ranked()[0].time_ms) for r in results if r.ranked()]
-        print(f"{write_cache(args.tuning_cache, best)} tuned entries for {target.name} -> {args.tuning_cache}")
     return 1 if failed else 0
 
 
@@ -105,6 +107,11 @@ def cmd_score(args) -> int:
     print(json_module.dumps(summary, indent=1) if args.json else format_score(summary))
     if args.plot:
         print(plot(scores, args.plot), file=sys.stderr)
+    if args.tuning_cache:
+        from .selectors.tuning import cache_from_results
+
+        count = cache_from_results(args.results, args.tuning_cache)
+        print(f"{count} tuned entries -> {args.tuning_cache} (use with CONVWGRAD_TUNING_CACHE)", file=sys.stderr)
     return 0
 
 
@@ -162,8 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("-o", "--output", required=True, help="results CSV (rewritten after every shape)")
     sweep.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
     sweep.add_argument("--layout", default="channels_last", choices=("contiguous", "channels_last"))
-    sweep.add_argument("--tuning-cache", metavar="JSON",
-                       help="also write each shape's best verified config, for CONVWGRAD_TUNING_CACHE")
+    sweep.add_argument("--resume", action="store_true", help="skip shapes already in the output; append the rest")
+    sweep.add_argument("--shard", type=lambda v: tuple(int(x) for x in v.split("/")), default=(0, 1),
+                       metavar="I/N", help="sweep every N-th shape starting at I (split a corpus over calls)")
+    sweep.add_argument("--reference-on-device", action="store_true",
+                       help="compute the float64 reference on the GPU (faster on large layers)")
     _add_timing_args(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
@@ -171,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     scorer.add_argument("results", help="results CSV written by `convwgrad sweep`")
     scorer.add_argument("--plot", metavar="PNG", help="write per-shape speedups, sorted, as a PNG")
     scorer.add_argument("--json", action="store_true")
+    scorer.add_argument("--tuning-cache", metavar="JSON",
+                        help="write each shape's fastest verified config as a tuning cache")
     scorer.set_defaults(func=cmd_score)
 
     explain = sub.add_parser("explain", help="every candidate with its verdict, and the choice")

@@ -12,25 +12,44 @@ failed ones never set a best or a ratio. Per shape:
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 
 import attrs
 
-COLUMNS = ("shape", "problem", "kernel_name", "family", "gm", "spk", "tile", "error", "passed", "time_ms", "planned", "note")
+COLUMNS = ("shape", "problem", "kernel_name", "family", "gm", "spk", "tile", "error", "passed", "time_ms", "planned",
+           "note", "target", "device", "problem_json", "spec_json")
 
 
-def write_results(results, path: str) -> int:
-    """Write bench ProblemResults as CSV rows; return the number of rows."""
+def measured_shapes(path: str) -> set[str]:
+    """Shapes a (possibly cut-off) results file already holds, for --resume."""
+    try:
+        with open(path, newline="") as f:
+            return {row["shape"] for row in csv.DictReader(f)}
+    except FileNotFoundError:
+        return set()
+
+
+def write_results(results, path: str, *, append: bool = False) -> int:
+    """Write bench ProblemResults as CSV rows (after the existing ones when ``append``); return the count."""
     rows = 0
-    with open(path, "w", newline="") as f:
+    fresh = not append or not measured_shapes(path)
+    with open(path, "w" if fresh else "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
+        if fresh:
+            writer.writeheader()
         for result in results:
+            target = result.target
             for config in result.results:
                 row = config.row()
-                writer.writerow({"shape": result.label, "problem": result.problem.describe(),
-                                 **{k: row[k] for k in COLUMNS if k in row}})
+                writer.writerow({
+                    "shape": result.label, "problem": result.problem.describe(),
+                    **{k: row[k] for k in COLUMNS if k in row},
+                    "target": target.name if target else "", "device": target.device_name if target else "",
+                    "problem_json": json.dumps(attrs.asdict(result.problem)),
+                    "spec_json": json.dumps(attrs.asdict(config.spec)),
+                })
                 rows += 1
     return rows
 

@@ -48,3 +48,16 @@ def test_sweep_then_score_on_the_interpreter(tmp_path, capsys):
     assert sum(r["planned"] == "True" for r in rows) == 1 and all(r["passed"] == "True" for r in rows)
     assert main(["score", str(results)]) == 0
     assert "fraction of the oracle captured" in capsys.readouterr().out
+
+
+def test_sweep_resumes_and_shards(tmp_path):
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("name,N,C,g,H,W,k,s\none,1,8,8,5,5,3,1\ntwo,1,4,4,5,5,3,1\nthree,1,2,2,5,5,3,1\n")
+    results = tmp_path / "results.csv"
+    common = ["--splits", "1", "--first-tile-only", "--no-progress", "--dtype", "fp32"]
+    assert main(["sweep", str(shapes), "-o", str(results), "--shard", "0/2", *common]) == 0
+    assert {r["shape"] for r in csv.DictReader(open(results))} == {"one", "three"}
+    assert main(["sweep", str(shapes), "-o", str(results), "--resume", *common]) == 0
+    rows = list(csv.DictReader(open(results)))
+    assert {r["shape"] for r in rows} == {"one", "two", "three"}
+    assert len(rows) == len({(r["shape"], r["kernel_name"]) for r in rows})  # nothing measured twice

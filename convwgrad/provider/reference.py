@@ -38,10 +38,13 @@ def aten_weight_grad(problem: ConvProblem, input: torch.Tensor, grad_output: tor
     return grad_weight
 
 
-def reference_weight_grad(problem: ConvProblem, input: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
-    """dW in float64 on the CPU, shape ``problem.weight_size``."""
-    x = input.detach().to(device="cpu", dtype=torch.float64)
-    dy = grad_output.detach().to(device="cpu", dtype=torch.float64)
+def reference_weight_grad(
+    problem: ConvProblem, input: torch.Tensor, grad_output: torch.Tensor, *, device="cpu"
+) -> torch.Tensor:
+    """dW in float64, shape ``problem.weight_size``; on the CPU unless ``device`` says otherwise
+    (sweeps of large layers compute it on the GPU, still in float64)."""
+    x = input.detach().to(device=device, dtype=torch.float64)
+    dy = grad_output.detach().to(device=device, dtype=torch.float64)
     return aten_weight_grad(problem, x, dy)
 
 

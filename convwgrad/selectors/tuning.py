@@ -38,6 +38,32 @@ def _spec_from(data: dict) -> KernelSpec:
     return KernelSpec(**{**data, "tile": Tile(**tile) if tile else None})
 
 
+def cache_from_results(results_path: str, cache_path: str) -> int:
+    """Write a tuning cache of each shape's fastest verified config from `convwgrad sweep` results."""
+    import csv
+
+    best: dict[tuple, dict] = {}
+    with open(results_path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("passed") != "True" or row.get("time_ms") in ("", "None") or not row.get("spec_json"):
+                continue
+            key = (row["problem_json"], row["target"], row["device"])
+            if key not in best or float(row["time_ms"]) < float(best[key]["time_ms"]):
+                best[key] = row
+    records = [
+        {"problem": json.loads(r["problem_json"]), "target": r["target"], "device": r["device"],
+         "spec": json.loads(r["spec_json"]), "time_ms": float(r["time_ms"])}
+        for r in best.values()
+    ]
+    return _write(cache_path, records)
+
+
+def _write(path: str, records: list) -> int:
+    with open(path, "w") as f:
+        json.dump({"format": FORMAT, "library_version": _version(), "entries": records}, f, indent=1)
+    return len(records)
+
+
 def write_cache(path: str, entries) -> int:
     """Write ``(problem, target, spec, time_ms)`` entries; return how many."""
     records = [
@@ -46,14 +72,11 @@ def write_cache(path: str, entries) -> int:
             "target": target.name,
             "device": target.device_name,
             "spec": attrs.asdict(spec, recurse=True),
-            "kernel_name": spec.kernel_name(),
             "time_ms": time_ms,
         }
         for problem, target, spec, time_ms in entries
     ]
-    with open(path, "w") as f:
-        json.dump({"format": FORMAT, "library_version": _version(), "entries": records}, f, indent=1)
-    return len(records)
+    return _write(path, records)
 
 
 class TuningCache:

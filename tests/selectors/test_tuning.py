@@ -56,3 +56,25 @@ def test_entry_the_gate_refuses_now_falls_back_to_the_policy(cache_file):
     with pytest.warns(UserWarning, match="refused now"):
         chosen = convwgrad.plan(P, T)
     assert chosen.rule.startswith("priority")
+
+
+def test_cache_built_from_sweep_results(tmp_path, monkeypatch):
+    from convwgrad.cli import main
+
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("name,N,C,g,H,W,k,s\ntiny,1,8,8,6,6,3,1\n")
+    results, tuned = tmp_path / "results.csv", tmp_path / "tuned.json"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert main(["sweep", str(shapes), "-o", str(results), "--splits", "1,2", "--first-tile-only",
+                 "--no-progress", "--dtype", "fp32"]) == 0
+    assert main(["score", str(results), "--tuning-cache", str(tuned)]) == 0
+    data = json.loads(tuned.read_text())
+    assert len(data["entries"]) == 1 and data["entries"][0]["target"] == "interpreter"
+    monkeypatch.setenv(ENV, str(tuned))
+    problem = convwgrad.ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(6, 6), filter_size=3,
+                                          padding=1, dtype="fp32", layout="channels_last")
+    chosen = convwgrad.plan(problem, "interpreter")
+    assert chosen.rule.startswith("tuned:")
+    assert chosen.kernel_name == min(
+        (r for r in __import__("csv").DictReader(open(results)) if r["passed"] == "True"),
+        key=lambda r: float(r["time_ms"]))["kernel_name"]
