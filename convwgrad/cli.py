@@ -1,4 +1,4 @@
-"""The ``convwgrad`` command: bench, explain, compile."""
+"""The ``convwgrad`` command: bench, sweep, score, explain, compile."""
 
 from __future__ import annotations
 
