@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import attrs
-import triton
 
 from convwgrad.plugins.wgrad_splitk import launcher as splitk
 from convwgrad.provider.aot import Constexpr
@@ -92,7 +91,7 @@ def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
     """Stage 1: (G/Gm * split_k, tiles over taps*Gm, 1); stage 2 as the split-K family's."""
     dims = merged_dims(problem, spec.group_merge)
-    stage1 = (dims.grid_groups * spec.split_k, triton.cdiv(dims.grid_N, spec.tile.block_n), 1)
+    stage1 = (dims.grid_groups * spec.split_k, splitk.cdiv(dims.grid_N, spec.tile.block_n), 1)
     if not spec.two_stage:
         return (stage1,)
     return stage1, splitk.grids(problem, spec)[1]

@@ -6,7 +6,6 @@ import contextlib
 import math
 
 import torch
-import triton
 
 from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
 from convwgrad.provider.problem import ConvProblem
@@ -32,6 +31,11 @@ INT32_LIMIT = 2**31
 _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
+def cdiv(a: int, b: int) -> int:
+    """Host-side ceil division (triton.cdiv is a constexpr function, ~5 us a call from Python)."""
+    return -(-a // b)
+
+
 def padded3(values, fill):
     """A 1-, 2- or 3-tuple of spatial values left-padded to 3 with ``fill``."""
     values = tuple(values)
@@ -40,16 +44,16 @@ def padded3(values, fill):
 
 def tiles(problem: ConvProblem, spec: KernelSpec) -> tuple[int, int]:
     """(tiles over M, tiles over N_gemm) of one group."""
-    return triton.cdiv(problem.gemm_m, spec.tile.block_m), triton.cdiv(problem.gemm_n, spec.tile.block_n)
+    return cdiv(problem.gemm_m, spec.tile.block_m), cdiv(problem.gemm_n, spec.tile.block_n)
 
 
 def k_blocks(problem: ConvProblem, spec: KernelSpec) -> int:
-    return triton.cdiv(problem.gemm_k, spec.tile.block_k)
+    return cdiv(problem.gemm_k, spec.tile.block_k)
 
 
 def k_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
     """Reduction length per split, whole BLOCK_K steps, so every split but the last is full."""
-    return triton.cdiv(k_blocks(problem, spec), spec.split_k) * spec.tile.block_k
+    return cdiv(k_blocks(problem, spec), spec.split_k) * spec.tile.block_k
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
@@ -58,7 +62,7 @@ def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int],
     stage1 = (problem.groups * spec.split_k, tiles_n, tiles_m)
     if not spec.two_stage:
         return (stage1,)
-    return stage1, (triton.cdiv(math.prod(problem.weight_size), REDUCE_BLOCK), 1, 1)
+    return stage1, (cdiv(math.prod(problem.weight_size), REDUCE_BLOCK), 1, 1)
 
 
 def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
@@ -151,32 +155,49 @@ def check_grid(grid, target: TargetInfo, what: str) -> None:
             raise ValueError(f"{what} grid axis {axis} = {size} exceeds the limit {limit} on {target.name}")
 
 
+#: Launch arguments other than the tensors depend only on (problem, spec, strides), so they
+#: are built once per key: building them costs ~20 us of Python a call, the launch itself less.
+LAUNCH_ARGS_CACHE_SIZE = 4096
+_launch_args: dict = {}
+
+
+def _cached_args(key, build):
+    args = _launch_args.get(key)
+    if args is None:
+        if len(_launch_args) >= LAUNCH_ARGS_CACHE_SIZE:
+            _launch_args.clear()
+        args = _launch_args[key] = build()
+    return args
+
+
 def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, stage_grids):
-    """Run a stage-1 ``kernel`` (its arguments from ``make_args``), then the stage-2 reduction
-    when split_k > 1, on the tensors' device; return the kernels launched. Shared by every
-    family that writes this workspace layout."""
-    if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
-        raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
-    for grid in stage_grids:
-        check_grid(grid, target, spec.kernel_name())
-    launched = []
+    """Run a stage-1 ``kernel`` (its arguments from ``make_args``, tensors X, DY, OUT first),
+    then the stage-2 reduction when split_k > 1, on the tensors' device; return the kernels
+    launched. Shared by every family that writes this workspace layout."""
+    interpreted = interpreter_enabled()
+    key = (kernel, problem, spec, input.stride(), grad_output.stride(), out.stride(), interpreted)
+
+    def build():
+        if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
+            raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
+        for grid in stage_grids:
+            check_grid(grid, target, spec.kernel_name())
+        out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
+        stage1 = _values(make_args(problem, spec, input, grad_output, out, out_strides, interpreted=interpreted))[3:]
+        stage2 = _values(stage2_args(problem, spec, out, out))[2:] if spec.two_stage else ()
+        return tuple(stage1), tuple(stage2)
+
+    stage1, stage2 = _cached_args(key, build)
+    tile = spec.tile
     with _device_context(input):
         if spec.two_stage:
             partials = workspace[: workspace_nbytes(problem, spec)].view(torch.float32)
-            target_tensor, out_strides = partials, _workspace_strides(problem)
-        else:
-            target_tensor, out_strides = out, (0, *_strides5(out))
-        args = make_args(
-            problem, spec, input, grad_output, target_tensor, out_strides, interpreted=interpreter_enabled()
-        )
-        tile = spec.tile
-        kernel[stage_grids[0]](*_values(args), num_warps=tile.num_warps, num_stages=tile.num_stages)
-        launched.append(kernel.__name__)
-        if spec.two_stage:
-            args = stage2_args(problem, spec, partials, out)
-            _splitk_reduce_kernel[stage_grids[1]](*_values(args), num_warps=REDUCE_WARPS, num_stages=1)
-            launched.append(_splitk_reduce_kernel.__name__)
-    return launched
+            kernel[stage_grids[0]](input, grad_output, partials, *stage1,
+                                   num_warps=tile.num_warps, num_stages=tile.num_stages)
+            _splitk_reduce_kernel[stage_grids[1]](partials, out, *stage2, num_warps=REDUCE_WARPS, num_stages=1)
+            return [kernel.__name__, _splitk_reduce_kernel.__name__]
+        kernel[stage_grids[0]](input, grad_output, out, *stage1, num_warps=tile.num_warps, num_stages=tile.num_stages)
+        return [kernel.__name__]
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
