@@ -99,3 +99,9 @@ def test_routing_rules_fire_and_say_so():
     assert on_amd.family == "wgrad_merged" and on_amd.rule.startswith("priority:")
     pinned = plan(small_filter, "sm_90", family="wgrad_merged")
     assert pinned.family == "wgrad_merged"
+
+
+@pytest.mark.parametrize("channels, expected", [(144, 16), (96, 32), (116, 4), (58, 2), (1024, 32)])
+def test_merge_degree_is_the_largest_the_gate_admits(channels, expected):
+    chosen = plan(depthwise(channels, 14), "gfx950", family="wgrad_merged")
+    assert chosen.group_merge == expected
