@@ -64,3 +64,14 @@ def test_cpu_tensors_without_interpreter_run_aten(monkeypatch):
     assert [r.family for r in log] == ["aten"]
     ref = torch.nn.grad.conv2d_weight(x, (4, 1, 3, 3), dy, padding=1, groups=4)
     torch.testing.assert_close(ours, ref)
+
+
+def test_bad_call_raises_every_time_despite_the_problem_cache():
+    x = torch.randn(2, 6, 5, 5, device=DEVICE)
+    dy = torch.randn(2, 6, 5, 5, device=DEVICE)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="input has 6 channels and groups=4"):
+            convwgrad.conv2d_weight(x, (4, 1, 3, 3), dy, padding=1, groups=4)
+    good = convwgrad.conv2d_weight(x, (6, 1, 3, 3), dy, padding=[1, 1], groups=6)
+    again = convwgrad.conv2d_weight(x, (6, 1, 3, 3), dy, padding=[1, 1], groups=6)
+    assert torch.equal(good, again)

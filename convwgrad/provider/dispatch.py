@@ -104,8 +104,39 @@ def dispatch_conv_grouped(
     return out
 
 
+def _freeze(value):
+    """A hashable copy of an int / sequence / nested-sequence argument."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+#: Problems kept by tensor metadata, so a training step's repeated calls skip the
+#: validation (about 20 us of attrs checks); a bad call is never cached, so it raises every time.
+PROBLEM_CACHE_SIZE = 4096
+_problems: dict = {}
+
+
+def problem_of(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1) -> ConvProblem:
+    """``ConvProblem.from_tensors`` memoized on the tensors' shapes, strides, dtypes and devices."""
+    try:
+        key = (tuple(input.shape), input.stride(), input.dtype, input.device, tuple(grad_output.shape),
+               grad_output.stride(), grad_output.dtype, grad_output.device, _freeze(weight_size),
+               _freeze(stride), _freeze(padding), _freeze(dilation), groups)
+        hash(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: validate and report
+        return ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
+    problem = _problems.get(key)
+    if problem is None:
+        problem = ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
+        if len(_problems) >= PROBLEM_CACHE_SIZE:
+            _problems.clear()
+        _problems[key] = problem
+    return problem
+
+
 def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    problem = ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
+    problem = problem_of(input, weight_size, grad_output, stride, padding, dilation, groups)
     return dispatch_conv_grouped(problem, input, grad_output)
 
 
