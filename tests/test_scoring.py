@@ -61,3 +61,17 @@ def test_sweep_resumes_and_shards(tmp_path):
     rows = list(csv.DictReader(open(results)))
     assert {r["shape"] for r in rows} == {"one", "two", "three"}
     assert len(rows) == len({(r["shape"], r["kernel_name"]) for r in rows})  # nothing measured twice
+
+
+def test_plot_is_a_png(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from convwgrad.scoring import plot
+
+    path = tmp_path / "results.csv"
+    write(path, [("a", "splitk", "wgrad_splitk", 10.0, False, True), ("a", "m", "wgrad_merged", 2.0, True, True),
+                 ("a", "aten", "aten", 4.0, False, True)])
+    png = tmp_path / "speedups.png"
+    assert "written" in plot(read_results(str(path)), str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
