@@ -54,9 +54,16 @@ def block_k_choices(problem, block_m: int, target) -> tuple[int, ...]:
     return (vector, vector // 2) if vector // 2 >= MIN_BLOCK_K else (vector, vector * 2)
 
 
+#: Filter taps one tile covers at most. Narrow degrees load narrow vectors, so each tap
+#: costs more address registers: Gm = 2 at 64 taps a tile spilled on sm_90 (16-48 bytes
+#: of scratch); 32 taps keep it in registers.
+MAX_TAPS_PER_TILE = 32
+
+
 def tile_for(problem, group_merge: int, block_k: int, target) -> Tile:
     block_m = _pow2_at_least(group_merge * problem.kpg, MIN_BLOCK)
-    block_n = min(_pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), max(MAX_BLOCK_N, group_merge))
+    widest = _pow2_at_least(max(min(MAX_BLOCK_N, MAX_TAPS_PER_TILE * group_merge), group_merge), MIN_BLOCK)
+    block_n = min(_pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), widest)
     return Tile(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=NUM_WARPS,
                 num_stages=NUM_STAGES.get(target.backend, 1))
 

@@ -25,8 +25,13 @@ MIN_BLOCK = 16
 MAX_BLOCK_M = 64
 MAX_BLOCK_N = 64
 #: Reduction steps offered, preferred first. 32 ranked first on 5 of the 6
-#: bench demo layers on H200 (bf16 channels_last, 2026-12-02); the bench ranks all.
-BLOCK_K_CHOICES = (32, 64, 128)
+#: bench demo layers on H200 (bf16 channels_last, 2026-12-02), 128 never; and 128
+#: spilled registers to local memory in sm_90 builds (8-248 bytes of scratch in
+#: `convwgrad compile`), so it is no longer offered.
+BLOCK_K_CHOICES = (32, 64)
+#: Largest block_k x block_n of fp32 operands: every gathered element holds its own
+#: address and mask, and fp32 tiles of 4096 spilled on sm_90 (24-248 bytes of scratch).
+MAX_FP32_TILE_KN = 2048
 NUM_WARPS = 4
 #: Software-pipelining depth: Triton's matmul tutorial configs use 3-4 on
 #: Hopper and 2 on CDNA; not yet swept here.
@@ -60,6 +65,7 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
             wide_index=launcher.needs_wide_index(problem),
         )
         for bk in BLOCK_K_CHOICES
+        if problem.dtype != "fp32" or bk * block_n <= MAX_FP32_TILE_KN or bk == BLOCK_K_CHOICES[0]
     ]
 
 
