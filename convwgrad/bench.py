@@ -10,6 +10,7 @@ import attrs
 import torch
 
 from .provider.dispatch import dispatch_conv_grouped, record_launches
+from .provider.layout import TORCH_DTYPES, to_layout
 from .provider.plan import candidates, plan as make_plan, plan_spec
 from .provider.problem import ConvProblem
 from .provider.reference import TOLERANCE, TOLERANCE_TF32, reference_weight_grad, relative_error
@@ -19,7 +20,6 @@ from .provider.target import current_target
 #: split_k degrees every sweep tries (the planned degree is added); inadmissible ones drop out.
 SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
-_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @attrs.frozen(kw_only=True)
@@ -65,20 +65,14 @@ class ProblemResult:
 
 def make_inputs(problem: ConvProblem, device, generator=None):
     """Fresh random input and grad_output in the problem's dtype and layout."""
-    dtype = _TORCH[problem.dtype]
+    dtype = TORCH_DTYPES[problem.dtype]
     x = torch.randn(problem.input_shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)
     dy = torch.randn(problem.grad_output_shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)
-    if problem.layout == "channels_last":
-        x, dy = to_channels_last(x), to_channels_last(dy)
-    return x, dy
+    return to_layout(x, problem.layout), to_layout(dy, problem.layout)
 
 
 def to_channels_last(t: torch.Tensor) -> torch.Tensor:
-    if t.dim() == 4:
-        return t.contiguous(memory_format=torch.channels_last)
-    if t.dim() == 5:
-        return t.contiguous(memory_format=torch.channels_last_3d)
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return to_layout(t, "channels_last")
 
 
 def sweep_specs(problem: ConvProblem, target, *, splits=SWEEP_SPLITS, first_tile_only: bool = False) -> list[KernelSpec]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import attrs
 import torch
 
@@ -12,6 +10,7 @@ from convwgrad.bench import make_inputs
 from convwgrad.provider import ConvProblem, Tile, reference_weight_grad, relative_error
 from convwgrad.provider.dispatch import dispatch_conv_grouped, record_launches
 from convwgrad.provider.reference import TOLERANCE
+from convwgrad.provider.spec import pow2_at_least
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -67,5 +66,5 @@ def assert_close_to_reference(outcome: Outcome, problem: ConvProblem, tolerance:
 
 def small_tile(problem: ConvProblem, block_k: int = 16) -> Tile:
     """A 16-step tile so tiny interpreter shapes still have several K steps to split."""
-    fit = lambda extent: max(16, min(64, 1 << max(0, math.ceil(math.log2(extent)))))  # noqa: E731
+    fit = lambda extent: min(64, pow2_at_least(extent, 16))  # noqa: E731
     return Tile(block_m=fit(problem.gemm_m), block_n=fit(problem.gemm_n), block_k=block_k)

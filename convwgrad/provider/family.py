@@ -38,11 +38,13 @@ class FamilyPlugin:
         compile: Callable = lambda problem, spec, target: [],
         admission_note: Callable = lambda problem, spec, target: "",
         splits_k: bool = False,
+        max_split_k: int = 1,
     ):
         self.name = name
         self.priority = priority
         self.description = description
         self.splits_k = splits_k
+        self.max_split_k = max_split_k
         self._candidate_specs = candidate_specs
         self._reasons = not_supported_reasons
         self._launch = launch
@@ -59,7 +61,8 @@ class FamilyPlugin:
 
     @hookimpl
     def convwgrad_register_families(self, registry):
-        registry.add(self.name, priority=self.priority, description=self.description, splits_k=self.splits_k)
+        registry.add(self.name, priority=self.priority, description=self.description, splits_k=self.splits_k,
+                     max_split_k=self.max_split_k)
 
     @hookimpl
     def convwgrad_candidate_specs(self, problem, target, group_merge):

@@ -20,7 +20,7 @@ hookimpl = pluggy.HookimplMarker("convwgrad")
 def convwgrad_register_families(registry):
     """Register the kernel families this plugin provides.
 
-    Call ``registry.add(name, priority=..., description=..., splits_k=...)``
+    Call ``registry.add(name, priority=..., description=..., splits_k=..., max_split_k=...)``
     once per family. A higher priority is preferred when several families
     admit a problem; the aten fallback registers the lowest.
 
@@ -123,11 +123,12 @@ def convwgrad_tuned_spec(problem, target):
 
 
 @hookspec(firstresult=True)
-def convwgrad_choose_split_k(problem, spec, target, base_programs):
+def convwgrad_choose_split_k(problem, spec, target, base_programs, max_split_k):
     """Return the split-K degree for ``spec`` (a family that splits K) on ``target``.
 
     :param int base_programs: programs the spec's first kernel launches at
         ``split_k=1`` (from its family's :func:`convwgrad_grid`).
+    :param int max_split_k: the largest degree the spec's family runs.
 
     Return ``None`` to leave the choice to the next selector.
 

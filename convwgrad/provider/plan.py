@@ -112,7 +112,8 @@ def candidates(problem: ConvProblem, target=None, **pins) -> list[tuple[KernelSp
         elif registry[spec.family].splits_k:
             grids = pm.hook.convwgrad_grid(problem=problem, spec=attrs.evolve(spec, split_k=1), target=target)
             base = max(1, math.prod(grids[0])) if grids else 1  # a spec its gate refuses may size to 0
-            chosen = pm.hook.convwgrad_choose_split_k(problem=problem, spec=spec, target=target, base_programs=base)
+            chosen = pm.hook.convwgrad_choose_split_k(problem=problem, spec=spec, target=target, base_programs=base,
+                                                      max_split_k=registry[spec.family].max_split_k)
             spec = attrs.evolve(spec, split_k=chosen or 1)
         if spec in seen:
             continue

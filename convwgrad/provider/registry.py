@@ -14,6 +14,8 @@ class Family:
     description: str
     #: whether the split-K selector chooses this family's split_k degree
     splits_k: bool = False
+    #: the largest degree the family runs (its workspace bound); the selector stays within it
+    max_split_k: int = 1
 
 
 class FamilyRegistry:
@@ -22,11 +24,12 @@ class FamilyRegistry:
     def __init__(self):
         self._families: dict[str, Family] = {}
 
-    def add(self, name: str, *, priority: int, description: str, splits_k: bool = False) -> None:
+    def add(self, name: str, *, priority: int, description: str, splits_k: bool = False,
+            max_split_k: int = 1) -> None:
         if name in self._families:
             raise ValueError(f"kernel family {name!r} is registered twice")
         self._families[name] = Family(
-            name=name, priority=priority, description=description, splits_k=splits_k
+            name=name, priority=priority, description=description, splits_k=splits_k, max_split_k=max_split_k
         )
 
     def __getitem__(self, name: str) -> Family:

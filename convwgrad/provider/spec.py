@@ -9,6 +9,19 @@ from attrs.validators import in_, instance_of
 from .problem import DTYPES, _positive_int
 
 
+def cdiv(a: int, b: int) -> int:
+    """Host-side ceil division (triton.cdiv is a constexpr function, ~5 us a call from Python)."""
+    return -(-a // b)
+
+
+def pow2_at_least(value: int, floor: int = 1) -> int:
+    """The smallest power of two >= ``value`` and >= ``floor`` (a power of two)."""
+    size = floor
+    while size < value:
+        size *= 2
+    return size
+
+
 def _power_of_two(instance, attribute, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
         raise ValueError(f"{attribute.name} must be a power of two, got {value!r}")

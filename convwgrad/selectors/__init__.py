@@ -14,8 +14,8 @@ from .tuning import CACHE
 
 
 @hookimpl(trylast=True)
-def convwgrad_choose_split_k(problem, spec, target, base_programs):
-    return choose_split_k(problem, spec, target, base_programs)
+def convwgrad_choose_split_k(problem, spec, target, base_programs, max_split_k):
+    return choose_split_k(problem, spec, target, base_programs, max_split_k)
 
 
 @hookimpl(trylast=True)

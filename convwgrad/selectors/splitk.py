@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from convwgrad.provider.spec import cdiv as _cdiv
+
 #: Waves of resident programs the split aims for. One wave is compute_units x
 #: (max_warps_per_cu / num_warps) programs: 16 four-warp programs per H200 SM. On
 #: H200 (2026-12-02, bench demo set) split-K improved monotonically up to about
@@ -25,14 +27,6 @@ TARGET_WAVES = 1
 #: Each split reduces at least this many block_k steps, so the fp32 workspace
 #: round trip stays small next to the split's own loads.
 MIN_BLOCKS_PER_SPLIT = 4
-#: Upper bound of any degree (the workspace is split_k x |dW| fp32).
-MAX_SPLIT_K = 1024
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def wave_programs(spec, target) -> int:
     """Programs one wave holds: every compute unit full of this spec's programs."""
     per_cu = max(1, target.max_warps_per_cu // spec.tile.num_warps)
@@ -43,11 +37,12 @@ def wanted(spec, target, base_programs: int) -> int:
     return max(1, _cdiv(TARGET_WAVES * wave_programs(spec, target), max(1, base_programs)))
 
 
-def cap(problem, spec, target) -> int:
-    """The largest legal degree: K steps, grid-axis limit, workspace bound."""
+def cap(problem, spec, target, max_split_k: int | None = None) -> int:
+    """The largest legal degree: K steps, grid-axis limit, the family's own bound."""
     k_steps = _cdiv(problem.gemm_k, spec.tile.block_k)
     group_programs = max(1, problem.groups // max(1, spec.group_merge))  # the axis split_k multiplies
-    return max(1, min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // group_programs, MAX_SPLIT_K))
+    limit = min(max(1, k_steps // MIN_BLOCKS_PER_SPLIT), target.max_grid[0] // group_programs)
+    return max(1, limit if max_split_k is None else min(limit, max_split_k))
 
 
 def snap(split_k: int, base_programs: int, domains: int, limit: int) -> int:
@@ -64,11 +59,12 @@ def snap(split_k: int, base_programs: int, domains: int, limit: int) -> int:
     return (limit // step) * step
 
 
-def choose_split_k(problem, spec, target, base_programs: int) -> int:
-    """split_k for a tiled spec on ``target``; ``base_programs`` is its grid at split_k = 1."""
+def choose_split_k(problem, spec, target, base_programs: int, max_split_k: int | None = None) -> int:
+    """split_k for a tiled spec on ``target``; ``base_programs`` is its grid at split_k = 1,
+    ``max_split_k`` the family's bound."""
     if spec.tile is None:
         return 1
-    limit = cap(problem, spec, target)
+    limit = cap(problem, spec, target, max_split_k)
     split = min(wanted(spec, target, base_programs), limit)
     if problem.groups <= 1:
         return split

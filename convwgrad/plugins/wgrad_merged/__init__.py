@@ -12,7 +12,7 @@ from __future__ import annotations
 from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
 from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.spec import KernelSpec, Tile
+from convwgrad.provider.spec import KernelSpec, Tile, pow2_at_least
 
 from . import launcher
 
@@ -36,20 +36,13 @@ MIN_BLOCK_K = 32
 MAX_BLOCK_K = 256
 
 
-def _pow2_at_least(value: int, floor: int) -> int:
-    size = floor
-    while size < value:
-        size *= 2
-    return size
-
-
 def preferred_degrees(problem) -> list[int]:
     return list(DEGREES)
 
 
 def block_k_choices(problem, block_m: int, target) -> tuple[int, ...]:
     threads = NUM_WARPS * target.warp_size
-    vector = _pow2_at_least(VECTOR_BYTES // problem.element_size * threads // block_m, MIN_BLOCK_K)
+    vector = pow2_at_least(VECTOR_BYTES // problem.element_size * threads // block_m, MIN_BLOCK_K)
     vector = min(vector, MAX_BLOCK_K)
     return (vector, vector // 2) if vector // 2 >= MIN_BLOCK_K else (vector, vector * 2)
 
@@ -61,9 +54,9 @@ MAX_TAPS_PER_TILE = 32
 
 
 def tile_for(problem, group_merge: int, block_k: int, target) -> Tile:
-    block_m = _pow2_at_least(group_merge * problem.kpg, MIN_BLOCK)
-    widest = _pow2_at_least(max(min(MAX_BLOCK_N, MAX_TAPS_PER_TILE * group_merge), group_merge), MIN_BLOCK)
-    block_n = min(_pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), widest)
+    block_m = pow2_at_least(group_merge * problem.kpg, MIN_BLOCK)
+    widest = pow2_at_least(max(min(MAX_BLOCK_N, MAX_TAPS_PER_TILE * group_merge), group_merge), MIN_BLOCK)
+    block_n = min(pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), widest)
     return Tile(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=NUM_WARPS,
                 num_stages=NUM_STAGES.get(target.backend, 1))
 
@@ -82,7 +75,7 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
             wide_index=splitk_launcher.needs_wide_index(problem),
         )
         for gm in degrees
-        for bk in block_k_choices(problem, _pow2_at_least(gm * problem.kpg, MIN_BLOCK), target)
+        for bk in block_k_choices(problem, pow2_at_least(gm * problem.kpg, MIN_BLOCK), target)
     ]
 
 
@@ -117,6 +110,7 @@ plugin = FamilyPlugin(
     priority=PRIORITY,
     description="depthwise dW, Gm adjacent groups per program as one GEMM, diagonal stored; split-K composable",
     splits_k=True,
+    max_split_k=splitk_launcher.MAX_SPLIT_K,
     candidate_specs=candidate_specs,
     not_supported_reasons=not_supported_reasons,
     admission_note=layout_note,

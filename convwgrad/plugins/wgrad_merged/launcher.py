@@ -98,41 +98,26 @@ def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int],
 
 
 def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
-    d, h, w = splitk.padded3(problem.input_size, 1)
-    od, oh, ow = splitk.padded3(problem.output_size, 1)
     split_stride, k_stride, _c_stride, z_stride, y_stride, x_stride = out_strides  # cpg == 1
     return [
         ("X", x), ("DY", dy), ("OUT", out),
-        ("D", d), ("H", h), ("W", w),
-        ("OD", od), ("OH", oh), ("OW", ow),
-        *zip(("FZ", "FY", "FX"), splitk.padded3(problem.filter_size, 1)),
-        *zip(("STRIDE_D", "STRIDE_H", "STRIDE_W"), splitk.padded3(problem.stride, 1)),
-        *zip(("PAD_D", "PAD_H", "PAD_W"), splitk.padded3([lo for lo, _ in problem.padding], 0)),
-        *zip(("DIL_D", "DIL_H", "DIL_W"), splitk.padded3(problem.dilation, 1)),
+        *splitk.geometry_args(problem),
         ("TAPS", math.prod(problem.filter_size)),
         ("GEMM_K", problem.gemm_k),
         ("K_PER_SPLIT", splitk.k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
-        *zip(("stride_xn", "stride_xc", "stride_xd", "stride_xh", "stride_xw"), splitk._strides5(x)),
-        *zip(("stride_dyn", "stride_dyc", "stride_dyd", "stride_dyh", "stride_dyw"), splitk._strides5(dy)),
+        *splitk.operand_stride_args(x, dy),
         ("stride_os", split_stride), ("stride_ok", k_stride),
         ("stride_oz", z_stride), ("stride_oy", y_stride), ("stride_ox", x_stride),
         ("GROUP_MERGE", Constexpr(spec.group_merge)),
-        ("BLOCK_M", Constexpr(spec.tile.block_m)),
-        ("BLOCK_N", Constexpr(spec.tile.block_n)),
-        ("BLOCK_K", Constexpr(spec.tile.block_k)),
-        ("DOT_PRECISION", Constexpr("tf32" if spec.allow_tf32 else "ieee")),
-        ("IS_UPCAST_OPERANDS", Constexpr(interpreted and spec.dtype == "bf16")),
-        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
-        ("PROMOTE_STEPS", Constexpr(splitk.PROMOTE_STEPS)),
+        *splitk.tile_option_args(spec, interpreted=interpreted),
     ]
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
-    validate(problem, spec, target)
     return splitk.run_stages(problem, spec, target, input, grad_output, out, workspace,
-                             kernel=_wgrad_merged_kernel, make_args=stage1_args, stage_grids=grids(problem, spec))
+                             kernel=_wgrad_merged_kernel, make_args=stage1_args, grids=grids, validate=validate)
 
 
 def compile_kernels(problem, spec, target):
-    validate(problem, spec, target)
-    return splitk.compile_stages(problem, spec, target, kernel=_wgrad_merged_kernel, make_args=stage1_args)
+    return splitk.compile_stages(problem, spec, target, kernel=_wgrad_merged_kernel, make_args=stage1_args,
+                                 validate=validate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.spec import KernelSpec, Tile
+from convwgrad.provider.spec import KernelSpec, Tile, pow2_at_least
 
 from . import launcher
 
@@ -39,10 +39,7 @@ NUM_STAGES = {"cuda": 3, "hip": 2}
 
 
 def _fit(extent: int, upper: int) -> int:
-    size = MIN_BLOCK
-    while size < extent and size < upper:
-        size *= 2
-    return size
+    return min(pow2_at_least(extent, MIN_BLOCK), upper)
 
 
 def allows_tf32(problem, target) -> bool:
@@ -115,6 +112,7 @@ plugin = FamilyPlugin(
     priority=PRIORITY,
     description="implicit-GEMM dW, K_gemm split over workgroups, fp32 workspace + ordered reduction",
     splits_k=True,
+    max_split_k=launcher.MAX_SPLIT_K,
     candidate_specs=candidate_specs,
     not_supported_reasons=not_supported_reasons,
     workspace_nbytes=launcher.workspace_nbytes,

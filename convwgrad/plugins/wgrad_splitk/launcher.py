@@ -9,7 +9,8 @@ import torch
 
 from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.spec import KernelSpec
+from convwgrad.provider.layout import TORCH_DTYPES, to_layout
+from convwgrad.provider.spec import KernelSpec, cdiv
 from convwgrad.provider.target import TargetInfo, interpreter_enabled
 
 from .kernels import _splitk_reduce_kernel, _wgrad_splitk_kernel
@@ -27,14 +28,6 @@ PROMOTE_STEPS = 64
 MAX_SPLIT_K = 1024
 #: Offsets at or above this need 64-bit index arithmetic.
 INT32_LIMIT = 2**31
-
-_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-def cdiv(a: int, b: int) -> int:
-    """Host-side ceil division (triton.cdiv is a constexpr function, ~5 us a call from Python)."""
-    return -(-a // b)
-
 
 def padded3(values, fill):
     """A 1-, 2- or 3-tuple of spatial values left-padded to 3 with ``fill``."""
@@ -98,26 +91,29 @@ def _dot_precision(spec: KernelSpec) -> str:
     return "tf32" if spec.allow_tf32 else "ieee"
 
 
-def stage1_args(
-    problem: ConvProblem, spec: KernelSpec, x, dy, out, out_strides, *, interpreted: bool
-) -> list[tuple[str, object]]:
-    """The stage-1 kernel's arguments in order; constexprs wrapped in :class:`Constexpr`."""
-    d, h, w = padded3(problem.input_size, 1)
-    od, oh, ow = padded3(problem.output_size, 1)
+def geometry_args(problem: ConvProblem) -> list[tuple[str, int]]:
+    """Spatial sizes, filter, stride, padding before and dilation, padded to 3-D: the
+    arguments from D to DIL_W that every stage-1 kernel takes in this order."""
     return [
-        ("X", x), ("DY", dy), ("OUT", out),
-        ("D", d), ("H", h), ("W", w),
-        ("OD", od), ("OH", oh), ("OW", ow),
+        *zip(("D", "H", "W"), padded3(problem.input_size, 1)),
+        *zip(("OD", "OH", "OW"), padded3(problem.output_size, 1)),
         *zip(("FZ", "FY", "FX"), padded3(problem.filter_size, 1)),
         *zip(("STRIDE_D", "STRIDE_H", "STRIDE_W"), padded3(problem.stride, 1)),
         *zip(("PAD_D", "PAD_H", "PAD_W"), padded3([lo for lo, _ in problem.padding], 0)),
         *zip(("DIL_D", "DIL_H", "DIL_W"), padded3(problem.dilation, 1)),
-        ("CPG", problem.cpg), ("KPG", problem.kpg),
-        ("GEMM_N", problem.gemm_n), ("GEMM_K", problem.gemm_k),
-        ("K_PER_SPLIT", k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
+    ]
+
+
+def operand_stride_args(x, dy) -> list[tuple[str, int]]:
+    return [
         *zip(("stride_xn", "stride_xc", "stride_xd", "stride_xh", "stride_xw"), _strides5(x)),
         *zip(("stride_dyn", "stride_dyc", "stride_dyd", "stride_dyh", "stride_dyw"), _strides5(dy)),
-        *zip(("stride_os", "stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), out_strides),
+    ]
+
+
+def tile_option_args(spec: KernelSpec, *, interpreted: bool) -> list[tuple[str, Constexpr]]:
+    """The constexprs every stage-1 kernel ends with, BLOCK_M to PROMOTE_STEPS."""
+    return [
         ("BLOCK_M", Constexpr(spec.tile.block_m)),
         ("BLOCK_N", Constexpr(spec.tile.block_n)),
         ("BLOCK_K", Constexpr(spec.tile.block_k)),
@@ -125,6 +121,22 @@ def stage1_args(
         ("IS_UPCAST_OPERANDS", Constexpr(interpreted and spec.dtype == "bf16")),
         ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
         ("PROMOTE_STEPS", Constexpr(PROMOTE_STEPS)),
+    ]
+
+
+def stage1_args(
+    problem: ConvProblem, spec: KernelSpec, x, dy, out, out_strides, *, interpreted: bool
+) -> list[tuple[str, object]]:
+    """The stage-1 kernel's arguments in order; constexprs wrapped in :class:`Constexpr`."""
+    return [
+        ("X", x), ("DY", dy), ("OUT", out),
+        *geometry_args(problem),
+        ("CPG", problem.cpg), ("KPG", problem.kpg),
+        ("GEMM_N", problem.gemm_n), ("GEMM_K", problem.gemm_k),
+        ("K_PER_SPLIT", k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
+        *operand_stride_args(x, dy),
+        *zip(("stride_os", "stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), out_strides),
+        *tile_option_args(spec, interpreted=interpreted),
     ]
 
 
@@ -170,24 +182,30 @@ def _cached_args(key, build):
     return args
 
 
-def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, stage_grids):
+def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, grids,
+               validate=None):
     """Run a stage-1 ``kernel`` (its arguments from ``make_args``, tensors X, DY, OUT first),
     then the stage-2 reduction when split_k > 1, on the tensors' device; return the kernels
-    launched. Shared by every family that writes this workspace layout."""
+    launched. ``grids(problem, spec)`` sizes the launches; ``validate(problem, spec, target)``,
+    if given, raises before the first launch of a key. Shared by every family that writes
+    this workspace layout."""
     interpreted = interpreter_enabled()
-    key = (kernel, problem, spec, input.stride(), grad_output.stride(), out.stride(), interpreted)
+    key = (kernel, problem, spec, target, input.stride(), grad_output.stride(), out.stride(), interpreted)
 
     def build():
+        if validate is not None:
+            validate(problem, spec, target)
         if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
             raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
+        stage_grids = grids(problem, spec)
         for grid in stage_grids:
             check_grid(grid, target, spec.kernel_name())
         out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
         stage1 = _values(make_args(problem, spec, input, grad_output, out, out_strides, interpreted=interpreted))[3:]
         stage2 = _values(stage2_args(problem, spec, out, out))[2:] if spec.two_stage else ()
-        return tuple(stage1), tuple(stage2)
+        return tuple(stage1), tuple(stage2), stage_grids
 
-    stage1, stage2 = _cached_args(key, build)
+    stage1, stage2, stage_grids = _cached_args(key, build)
     tile = spec.tile
     with _device_context(input):
         if spec.two_stage:
@@ -202,20 +220,18 @@ def run_stages(problem, spec, target, input, grad_output, out, workspace, *, ker
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
     return run_stages(problem, spec, target, input, grad_output, out, workspace,
-                      kernel=_wgrad_splitk_kernel, make_args=stage1_args, stage_grids=grids(problem, spec))
+                      kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
 
 
 def _meta(shape, dtype: str, layout: str) -> torch.Tensor:
-    t = torch.empty(shape, dtype=_TORCH[dtype], device="meta")
-    if layout == "channels_last" and len(shape) in (4, 5):
-        return t.contiguous(memory_format=torch.channels_last if len(shape) == 4 else torch.channels_last_3d)
-    if layout == "channels_last" and len(shape) == 3:
-        return t.transpose(1, 2).contiguous().transpose(1, 2)
-    return t
+    return to_layout(torch.empty(shape, dtype=TORCH_DTYPES[dtype], device="meta"), layout)
 
 
-def compile_stages(problem: ConvProblem, spec: KernelSpec, target: TargetInfo, *, kernel, make_args) -> list[CompiledKernel]:
+def compile_stages(problem: ConvProblem, spec: KernelSpec, target: TargetInfo, *, kernel, make_args,
+                   validate=None) -> list[CompiledKernel]:
     """Compile stage 1 (and stage 2) for ``target`` with strides of the problem's layout."""
+    if validate is not None:
+        validate(problem, spec, target)
     x = _meta(problem.input_shape, problem.dtype, problem.layout)
     dy = _meta(problem.grad_output_shape, problem.dtype, problem.layout)
     out = _meta(problem.weight_size, problem.dtype, "contiguous")

@@ -1,0 +1,20 @@
+"""Tensor-side helpers shared by the core, the families and the tools: dtypes and layouts."""
+
+from __future__ import annotations
+
+import torch
+
+#: torch dtypes of the problem's short dtype names
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def to_layout(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """``tensor`` (N, C, *spatial) in ``layout``: "contiguous", or "channels_last" (channels
+    innermost, for 1-D, 2-D and 3-D alike)."""
+    if layout != "channels_last":
+        return tensor.contiguous()
+    if tensor.dim() == 4:
+        return tensor.contiguous(memory_format=torch.channels_last)
+    if tensor.dim() == 5:
+        return tensor.contiguous(memory_format=torch.channels_last_3d)
+    return tensor.transpose(1, 2).contiguous().transpose(1, 2)
