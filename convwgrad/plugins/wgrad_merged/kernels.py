@@ -63,18 +63,11 @@ def _wgrad_merged_kernel(
 
     chan_x = first_channel + col_channel
     chan_dy = first_channel + rows
-    if IS_WIDE_INDEX:
-        chan_x = chan_x.to(tl.int64)
-        chan_dy = chan_dy.to(tl.int64)
-    x_chan_off = chan_x * stride_xc
-    dy_chan_off = chan_dy * stride_dyc
-
-    k_lo = split * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, GEMM_K)
     acc = _accumulate_tile(
-        X, DY, x_chan_off, dy_chan_off, tap_z, tap_y, tap_x, mask_m, mask_n, k_lo, k_hi,
+        X, DY, chan_x, chan_dy, tap_z, tap_y, tap_x, mask_m, mask_n, split, K_PER_SPLIT, GEMM_K,
         D, H, W, OD, OH, OW, STRIDE_D, STRIDE_H, STRIDE_W, PAD_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W,
-        stride_xn, stride_xd, stride_xh, stride_xw, stride_dyn, stride_dyd, stride_dyh, stride_dyw,
+        stride_xn, stride_xc, stride_xd, stride_xh, stride_xw,
+        stride_dyn, stride_dyc, stride_dyd, stride_dyh, stride_dyw,
         BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, IS_UPCAST_OPERANDS, IS_WIDE_INDEX, PROMOTE_STEPS,
     )
 

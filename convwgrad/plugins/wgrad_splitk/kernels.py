@@ -34,19 +34,26 @@ def _split_taps(index, FZ, FY, FX):
 @triton.jit
 def _accumulate_tile(
     X, DY,
-    x_chan_off, dy_chan_off,  # per-column input-channel and per-row grad_output-channel offsets
+    chan_x, chan_dy,  # per-column input channel and per-row grad_output channel
     tap_z, tap_y, tap_x,  # per-column filter tap
     mask_m, mask_n,  # valid rows and columns of the tile
-    k_lo, k_hi,  # the slice of K_gemm = N*OD*OH*OW this program reduces
+    split, K_PER_SPLIT, GEMM_K,  # this program reduces [split * K_PER_SPLIT, +K_PER_SPLIT) of K_gemm
     D, H, W, OD, OH, OW,
     STRIDE_D, STRIDE_H, STRIDE_W, PAD_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W,
-    stride_xn, stride_xd, stride_xh, stride_xw,
-    stride_dyn, stride_dyd, stride_dyh, stride_dyw,
+    stride_xn, stride_xc, stride_xd, stride_xh, stride_xw,
+    stride_dyn, stride_dyc, stride_dyd, stride_dyh, stride_dyw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr, IS_UPCAST_OPERANDS: tl.constexpr, IS_WIDE_INDEX: tl.constexpr,
     PROMOTE_STEPS: tl.constexpr,
 ):
-    """sum over k in [k_lo, k_hi) of dY[row, k] * im2col(X)[k, col], in fp32."""
+    """sum over this program's slice of k of dY[row, k] * im2col(X)[k, col], in fp32."""
+    if IS_WIDE_INDEX:
+        chan_x = chan_x.to(tl.int64)
+        chan_dy = chan_dy.to(tl.int64)
+    x_chan_off = chan_x * stride_xc
+    dy_chan_off = chan_dy * stride_dyc
+    k_lo = split * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, GEMM_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Two-level accumulation: the matrix units' fp32 accumulate is not round-to-nearest (on
     # Hopper it truncates, ~2**-23 bias per step), which over 1e5 steps biased dW by 1%. A
@@ -126,18 +133,11 @@ def _wgrad_splitk_kernel(
 
     chan_x = group * CPG + chan_c
     chan_dy = group * KPG + offs_m
-    if IS_WIDE_INDEX:
-        chan_x = chan_x.to(tl.int64)
-        chan_dy = chan_dy.to(tl.int64)
-    x_chan_off = chan_x * stride_xc
-    dy_chan_off = chan_dy * stride_dyc
-
-    k_lo = split * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, GEMM_K)
     acc = _accumulate_tile(
-        X, DY, x_chan_off, dy_chan_off, tap_z, tap_y, tap_x, mask_m, mask_n, k_lo, k_hi,
+        X, DY, chan_x, chan_dy, tap_z, tap_y, tap_x, mask_m, mask_n, split, K_PER_SPLIT, GEMM_K,
         D, H, W, OD, OH, OW, STRIDE_D, STRIDE_H, STRIDE_W, PAD_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W,
-        stride_xn, stride_xd, stride_xh, stride_xw, stride_dyn, stride_dyd, stride_dyh, stride_dyw,
+        stride_xn, stride_xc, stride_xd, stride_xh, stride_xw,
+        stride_dyn, stride_dyc, stride_dyd, stride_dyh, stride_dyw,
         BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, IS_UPCAST_OPERANDS, IS_WIDE_INDEX, PROMOTE_STEPS,
     )
 

@@ -56,7 +56,9 @@ def test_row_guard(gm, split_k):
     out = torch.full(p.weight_size, float("nan"), device=DEVICE)
     workspace = torch.empty(chosen.workspace_nbytes, dtype=torch.uint8, device=DEVICE)
     workspace.view(torch.float32).fill_(float("nan"))
-    convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out, workspace=workspace)
+    with convwgrad.record_launches() as log:
+        convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out, workspace=workspace)
+    assert [r.family for r in log] == ["wgrad_merged"] and log[0].kernels[0] == "_wgrad_merged_kernel"
     missing = [row for row in range(p.out_channels) if not torch.isfinite(out[row]).all()]
     assert not missing, f"rows never written: {missing}"
 
@@ -67,7 +69,9 @@ def test_column_guard(split_k):
     that writes every element, but at the wrong tap or channel, shows here by column."""
     p = ConvProblem.build(**CASES["dilation2-k5"], dtype="fp32", layout="channels_last")
     x, dy = make_inputs(p, DEVICE)
-    out = convwgrad.dispatch_conv_grouped(p, x, dy, plan=convwgrad.plan(p, DEVICE, group_merge=8, split_k=split_k))
+    with convwgrad.record_launches() as log:
+        out = convwgrad.dispatch_conv_grouped(p, x, dy, plan=convwgrad.plan(p, DEVICE, group_merge=8, split_k=split_k))
+    assert [r.family for r in log] == ["wgrad_merged"]
     ref = reference_weight_grad(p, x, dy)
     got = out.cpu().double().reshape(p.out_channels, -1)
     want = ref.reshape(p.out_channels, -1)
@@ -81,3 +85,15 @@ def test_planned_depthwise_runs_merged():
     outcome = run_checked(p, family="wgrad_merged")
     assert outcome.plan.group_merge > 1
     assert_close_to_reference(outcome, p)
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_merged_deterministic(split_k):
+    p = ConvProblem.build(**CASES["dw3x3"], dtype="bf16", layout="channels_last")
+    x, dy = make_inputs(p, DEVICE)
+    chosen = convwgrad.plan(p, DEVICE, family="wgrad_merged", group_merge=4, split_k=split_k)
+    with convwgrad.record_launches() as log:
+        first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
+        second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
+    assert [r.family for r in log] == ["wgrad_merged", "wgrad_merged"]
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))

@@ -48,8 +48,10 @@ def test_every_split_matches_reference(layer, split_k):
 def test_bitwise_deterministic():
     p = ConvProblem.build(**LAYERS["mobilenetv2-144x56"], dtype="bf16", layout="channels_last")
     x, dy = make_inputs(p, "cuda")
-    chosen = convwgrad.plan(p, "cuda", split_k=16)
-    runs = [convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen).view(torch.int16) for _ in range(3)]
+    chosen = convwgrad.plan(p, "cuda", family="wgrad_splitk", split_k=16)
+    with convwgrad.record_launches() as log:
+        runs = [convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen).view(torch.int16) for _ in range(3)]
+    assert {r.family for r in log} == {chosen.family}
     assert all(torch.equal(runs[0], r) for r in runs[1:])
 
 
@@ -80,12 +82,14 @@ def test_over_2_31_elements_index_correctly():
     p = ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(length,),
                           filter_size=3, padding=1, dtype="bf16")
     assert math.prod(p.input_shape) > 2**31
-    chosen = convwgrad.plan(p, "cuda")
+    chosen = convwgrad.plan(p, "cuda", family="wgrad_splitk")
     assert chosen.spec.wide_index and chosen.kernel_name.endswith("_i64")
     x = torch.randn(p.input_shape, device="cuda", dtype=torch.bfloat16)
     dy = torch.randn(p.grad_output_shape, device="cuda", dtype=torch.bfloat16)
     out = torch.full(p.weight_size, float("nan"), device="cuda", dtype=torch.bfloat16)
-    convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out)
+    with convwgrad.record_launches() as log:
+        convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out)
+    assert [r.family for r in log] == [chosen.family] and chosen.family != "aten"
     assert torch.isfinite(out).all()
     last = slice(channels - 2, channels)  # the highest offsets in an NCL tensor
     sub = ConvProblem.build(batch=batch, groups=2, in_channels=2, input_size=(length,), filter_size=3,

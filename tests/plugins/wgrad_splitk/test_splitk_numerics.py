@@ -75,9 +75,11 @@ def test_deterministic(split_k):
     import convwgrad
 
     x, dy = make_inputs(p, DEVICE, torch.Generator().manual_seed(7))
-    chosen = convwgrad.plan(p, DEVICE, split_k=split_k, tile=small_tile(p))
-    first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-    second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
+    chosen = convwgrad.plan(p, DEVICE, family="wgrad_splitk", split_k=split_k, tile=small_tile(p))
+    with convwgrad.record_launches() as log:
+        first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
+        second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
+    assert [r.family for r in log] == ["wgrad_splitk", "wgrad_splitk"]
     assert torch.equal(first.view(torch.int16), second.view(torch.int16))
 
 
