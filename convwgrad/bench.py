@@ -139,7 +139,13 @@ def bench_problem(
     first_tile_only: bool = False,
     graph: bool = True,
     reference_on_device: bool = False,
+    timed: bool = True,
 ) -> ProblemResult:
+    """Verify every admissible config of ``problem`` and time the ones that pass.
+
+    ``timed=False`` verifies only (compiling every kernel on the way): several such
+    processes can warm Triton's on-disk cache in parallel before one timed sweep.
+    """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     target = current_target(device)
     on_gpu = device.type == "cuda"
@@ -165,7 +171,7 @@ def bench_problem(
             error, note = float("inf"), f"{type(exc).__name__}: {exc}"[:200]
         passed = error <= tolerance(spec) and not note
         time_ms = None
-        if passed:
+        if passed and timed:
             time_ms = _time_ms(
                 lambda: dispatch_conv_grouped(problem, x, dy, plan=config, out=out),
                 on_gpu=on_gpu, warmup_ms=warmup_ms, rep_ms=rep_ms, graph=graph,

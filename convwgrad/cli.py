@@ -87,7 +87,7 @@ def cmd_sweep(args) -> int:
         progress = ProgressBar(label, enabled=args.progress)
         result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
                                splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph,
-                               reference_on_device=args.reference_on_device)
+                               reference_on_device=args.reference_on_device, timed=not args.verify_only)
         # one shape at a time, appended, so a sweep cut off by a time limit keeps what it measured
         write_results([result], args.output, append=args.resume or bool(results))
         results.append(result)
@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="I/N", help="sweep every N-th shape starting at I (split a corpus over calls)")
     sweep.add_argument("--reference-on-device", action="store_true",
                        help="compute the float64 reference on the GPU (faster on large layers)")
+    sweep.add_argument("--verify-only", action="store_true",
+                       help="verify (and so compile) every config without timing: run several shards of this in "
+                            "parallel to warm Triton's kernel cache before one timed sweep")
     _add_timing_args(sweep)
     sweep.set_defaults(func=cmd_sweep)
 

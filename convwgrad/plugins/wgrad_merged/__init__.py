@@ -84,19 +84,6 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
     if reasons:  # the grids of a degree the gate refuses mean nothing
         return reasons + tiled_kernel_reasons(problem, spec, target, grids=lambda problem, spec: ())
     return tiled_kernel_reasons(problem, spec, target, launcher.grids)
-    blocks = splitk_launcher.k_blocks(problem, spec)
-    if spec.split_k > blocks:
-        reasons.append(f"split_k={spec.split_k} exceeds the {blocks} block_k={spec.tile.block_k} steps of "
-                       f"K_gemm={problem.gemm_k}: some splits would be empty")
-    if spec.split_k > splitk_launcher.MAX_SPLIT_K:
-        reasons.append(f"split_k={spec.split_k} exceeds the limit {splitk_launcher.MAX_SPLIT_K}")
-    if splitk_launcher.needs_wide_index(problem) and not spec.wide_index:
-        reasons.append("a tensor holds >= 2**31 elements: needs wide_index (64-bit offsets)")
-    for grid in launcher.grids(problem, spec):
-        for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
-            if size > limit:
-                reasons.append(f"grid axis {axis} = {size} exceeds the limit {limit} of {target.name}")
-    return reasons
 
 
 def layout_note(problem, spec, target) -> str:
