@@ -140,9 +140,11 @@ def bench_problem(
     graph: bool = True,
     reference_on_device: bool = False,
     timed: bool = True,
+    specs=None,
 ) -> ProblemResult:
     """Verify every admissible config of ``problem`` and time the ones that pass.
 
+    ``specs`` replaces the sweep's configs (the planned one is always added).
     ``timed=False`` verifies only (compiling every kernel on the way): several such
     processes can warm Triton's on-disk cache in parallel before one timed sweep.
     """
@@ -154,7 +156,10 @@ def bench_problem(
     reference = reference_weight_grad(problem, x, dy, device=device if reference_on_device else "cpu")
     planned = make_plan(problem, target)
     results = []
-    specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only)
+    if specs is None:
+        specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only)
+    else:
+        specs = [planned.spec, *(s for s in dict.fromkeys(specs) if s != planned.spec)]
     for index, spec in enumerate(specs):
         if progress:
             progress(index, len(specs), spec.kernel_name())

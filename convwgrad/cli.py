@@ -82,12 +82,20 @@ def cmd_sweep(args) -> int:
         print(f"resuming: {len(done)} shapes already in {args.output}, {len(problems)} to go", file=sys.stderr)
     if not torch.cuda.is_available():
         print("no GPU found: the sweep runs through the Triton interpreter; its timings mean nothing", file=sys.stderr)
+    confirm = None
+    if args.confirm_from:
+        from .provider.spec import spec_from_dict
+        from .scoring import reference_specs
+
+        confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(args.confirm_from).items()}
+        problems = [(label, p) for label, p in problems if label in confirm]
     results = []
     for label, problem in problems:
         progress = ProgressBar(label, enabled=args.progress)
         result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
                                splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph,
-                               reference_on_device=args.reference_on_device, timed=not args.verify_only)
+                               reference_on_device=args.reference_on_device, timed=not args.verify_only,
+                               specs=confirm[label] if confirm else None)
         # one shape at a time, appended, so a sweep cut off by a time limit keeps what it measured
         write_results([result], args.output, append=args.resume or bool(results))
         results.append(result)
@@ -174,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="I/N", help="sweep every N-th shape starting at I (split a corpus over calls)")
     sweep.add_argument("--reference-on-device", action="store_true",
                        help="compute the float64 reference on the GPU (faster on large layers)")
+    sweep.add_argument("--confirm-from", metavar="RESULTS",
+                       help="time only the current plan beside each shape's oracle, best Gm=1 and torch configs "
+                            "from an earlier results file: scores a revised policy by measurement")
     sweep.add_argument("--verify-only", action="store_true",
                        help="verify (and so compile) every config without timing: run several shards of this in "
                             "parallel to warm Triton's kernel cache before one timed sweep")

@@ -54,6 +54,27 @@ def write_results(results, path: str, *, append: bool = False) -> int:
     return rows
 
 
+def reference_specs(path: str) -> dict[str, list[dict]]:
+    """Per shape, the spec dicts of the configs a policy is judged against: the oracle (fastest
+    verified), the best Gm = 1 config and torch's. ``sweep --confirm-from`` re-times these side by
+    side with a revised policy's choice, so a new policy is scored by measurement, not estimate."""
+    by_shape: dict[str, list[dict]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["passed"] == "True" and row["time_ms"] not in ("", "None") and row.get("spec_json"):
+                by_shape.setdefault(row["shape"], []).append(row)
+    chosen = {}
+    for shape, rows in by_shape.items():
+        time = lambda r: float(r["time_ms"])  # noqa: E731
+        picks = [min(rows, key=time)]
+        for family in ("wgrad_splitk", "aten"):
+            of_family = [r for r in rows if r["family"] == family]
+            if of_family:
+                picks.append(min(of_family, key=time))
+        chosen[shape] = [json.loads(r["spec_json"]) for r in picks]
+    return chosen
+
+
 @attrs.frozen
 class ShapeScore:
     shape: str

@@ -63,6 +63,22 @@ def test_sweep_resumes_and_shards(tmp_path):
     assert len(rows) == len({(r["shape"], r["kernel_name"]) for r in rows})  # nothing measured twice
 
 
+def test_confirm_times_the_plan_beside_the_earlier_oracle_and_baselines(tmp_path):
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("name,N,C,g,H,W,k,s\none,1,16,16,5,5,3,1\n")
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    common = ["--first-tile-only", "--no-progress", "--dtype", "fp32"]
+    assert main(["sweep", str(shapes), "-o", str(first), "--splits", "1,2", *common]) == 0
+    swept = list(csv.DictReader(open(first)))
+    assert main(["sweep", str(shapes), "-o", str(second), "--confirm-from", str(first), *common]) == 0
+    rows = list(csv.DictReader(open(second)))
+    names = [r["kernel_name"] for r in rows]
+    assert len(names) == len(set(names)) <= 4 < len(swept)
+    assert sum(r["planned"] == "True" for r in rows) == 1 and all(r["passed"] == "True" for r in rows)
+    oracle = min(swept, key=lambda r: float(r["time_ms"]))["kernel_name"]
+    assert oracle in names and {"aten", "wgrad_splitk"} <= {r["family"] for r in rows}
+
+
 def test_plot_is_a_png(tmp_path):
     import pytest
 

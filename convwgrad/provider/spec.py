@@ -82,6 +82,12 @@ class KernelSpec:
         return "_".join(parts)
 
 
+def spec_from_dict(data: dict) -> KernelSpec:
+    """The KernelSpec that ``attrs.asdict(spec)`` wrote (results files, tuning caches)."""
+    tile = data.get("tile")
+    return KernelSpec(**{**data, "tile": Tile(**tile) if tile else None})
+
+
 @attrs.frozen
 class Verdict:
     """A family's answer to "can this spec run this problem on this target?".

@@ -13,12 +13,18 @@ from convwgrad.provider.registry import Choice
 
 FALLBACK_FAMILY = "aten"
 
-#: Depthwise filters up to this many taps stay with cuDNN on CUDA for 2-D/3-D problems:
-#: on H200 (bf16 channels_last, N=32, 35 published layers, 2026-12-02) the best merged
-#: config lost to cuDNN on all 29 2-D layers of 3x3 to 7x7 (1.4x-11x slower) and won on
-#: all 4 of 13x13 to 31x31 (0.3x-0.4x) and both 1-D layers (k=4: 0.14x, k=31: 0.6x).
-#: 9x9 and 11x11 were not measured; they go to the merged family.
+#: Undilated 2-D/3-D depthwise filters up to this many taps stay with cuDNN on CUDA.
+#: H200 sweep (bf16 channels_last, N = 32, CUDA-graph timing, 2026-12-02,
+#: notes/RESULTS-selectors.md, corpus + 50 random shapes): cuDNN beat the best merged config
+#: on 202 of the 204 layers of that class with C % 16 == 0 (the two losses: ShuffleNetV2 96ch
+#: 14x14 at 1.01x and EfficientNet-B3 816ch 19x19 5x5 s2, a cuDNN pathology no simple rule
+#: predicts), while merged won all 110 other layers with C % 16 == 0: larger filters,
+#: 1-D, dilated.
 CUDNN_WINS_UP_TO_TAPS = 49
+#: Merged loads are Gm-channel vectors only when Triton can prove the channel stride (C in
+#: channels_last) a multiple of 16 elements; otherwise they stay element-wide. Every
+#: one of the 51 swept layers with C % 16 != 0 ran faster in cuDNN than in any merged config.
+VECTOR_CHANNEL_MULTIPLE = 16
 
 
 def aten_measured_faster(problem, target, family: str) -> str | None:
@@ -26,10 +32,17 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
     if target.backend != "cuda":
         return None  # no measurement elsewhere yet
     if family == "wgrad_splitk":
-        return "H200, 2026-12-02: split-K 1.5x-19x slower than cuDNN on all 6 bench demo layers"
-    if family == "wgrad_merged" and problem.spatial_dims >= 2 and math.prod(problem.filter_size) <= CUDNN_WINS_UP_TO_TAPS:
-        return (f"H200, 2026-12-02: merged 1.4x-11x slower than cuDNN on all 29 2-D depthwise layers with "
-                f"<= {CUDNN_WINS_UP_TO_TAPS} taps")
+        return ("H200 sweep, 2026-12-02: the split-K family (Gm = 1) slower than cuDNN on 350 of 365 "
+                "depthwise layers")
+    if family != "wgrad_merged":
+        return None
+    if problem.in_channels % VECTOR_CHANNEL_MULTIPLE:
+        return (f"H200 sweep, 2026-12-02: with C={problem.in_channels} not a multiple of "
+                f"{VECTOR_CHANNEL_MULTIPLE}, merged loads stay element-wide and cuDNN was faster on every such layer")
+    undilated = all(d == 1 for d in problem.dilation)
+    if problem.spatial_dims >= 2 and undilated and math.prod(problem.filter_size) <= CUDNN_WINS_UP_TO_TAPS:
+        return (f"H200 sweep, 2026-12-02: cuDNN faster than merged on 202 of 204 undilated 2-D depthwise "
+                f"layers with <= {CUDNN_WINS_UP_TO_TAPS} taps")
     return None
 
 

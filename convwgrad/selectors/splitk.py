@@ -3,7 +3,9 @@
 Order of operations (each a function, tested on its own):
 1. ``wanted``: programs for ``TARGET_WAVES`` waves over the base grid (programs at
    split_k = 1, which already counts groups / Gm), so a grouped problem whose tiles
-   are few but whose groups are many asks for few splits;
+   are few but whose groups are many asks for few splits; while the base grid is
+   under one full wave, also enough splits that none reduces more than
+   ``MAX_BLOCKS_PER_SPLIT`` block_k steps;
 2. ``cap``: clamp to the reduction (at least ``MIN_BLOCKS_PER_SPLIT`` block_k steps a
    split), to the grid-axis limit (split_k multiplies the group axis) and to the
    family's workspace bound;
@@ -20,21 +22,32 @@ import math
 from convwgrad.provider.spec import cdiv as _cdiv
 
 #: Waves of resident programs the split aims for. One wave is compute_units x
-#: (max_warps_per_cu / num_warps) programs: 16 four-warp programs per H200 SM. On
-#: H200 (2026-12-02, bench demo set) split-K improved monotonically up to about
-#: one wave (MobileNetV2 3x3: spk2 1374 us, spk8 1056, spk16 917, spk32 894).
-TARGET_WAVES = 1
+#: (max_warps_per_cu / num_warps) programs: 16 four-warp programs per H200 SM, so a
+#: quarter wave is 4 a SM. Fitted on the H200 sweep (merged Gm = 16, bf16, 314 layers,
+#: split_k in {1, 4, 16, 32}, 2026-12-02; notes/RESULTS-selectors.md): over a grid of
+#: 1/8 to 1 wave x 16 to 128 steps per split, a quarter wave with 32 steps captured the
+#: most of each layer's best split (0.97 geomean, log-interpolated); one full wave 0.94.
+TARGET_WAVES = 0.25
 #: Each split reduces at least this many block_k steps, so the fp32 workspace
 #: round trip stays small next to the split's own loads.
 MIN_BLOCKS_PER_SPLIT = 4
+#: While the base grid is under one wave, no split reduces more than this many block_k
+#: steps: long serial reductions on few programs were the slow side of the same fit.
+MAX_BLOCKS_PER_SPLIT = 32
+
+
 def wave_programs(spec, target) -> int:
     """Programs one wave holds: every compute unit full of this spec's programs."""
     per_cu = max(1, target.max_warps_per_cu // spec.tile.num_warps)
     return target.compute_units * per_cu
 
 
-def wanted(spec, target, base_programs: int) -> int:
-    return max(1, _cdiv(TARGET_WAVES * wave_programs(spec, target), max(1, base_programs)))
+def wanted(spec, target, base_programs: int, k_steps: int = 1) -> int:
+    wave = wave_programs(spec, target)
+    split = max(1, math.ceil(TARGET_WAVES * wave / max(1, base_programs)))
+    if base_programs < wave:
+        split = max(split, _cdiv(k_steps, MAX_BLOCKS_PER_SPLIT))
+    return split
 
 
 def cap(problem, spec, target, max_split_k: int | None = None) -> int:
@@ -65,7 +78,8 @@ def choose_split_k(problem, spec, target, base_programs: int, max_split_k: int |
     if spec.tile is None:
         return 1
     limit = cap(problem, spec, target, max_split_k)
-    split = min(wanted(spec, target, base_programs), limit)
+    k_steps = _cdiv(problem.gemm_k, spec.tile.block_k)
+    split = min(wanted(spec, target, base_programs, k_steps), limit)
     if problem.groups <= 1:
         return split
     return snap(split, base_programs, target.l2_domains, limit)

@@ -17,7 +17,7 @@ import attrs
 
 from convwgrad.provider.plan import clear_plan_cache
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.spec import KernelSpec, Tile
+from convwgrad.provider.spec import KernelSpec, spec_from_dict
 
 ENV = "CONVWGRAD_TUNING_CACHE"
 FORMAT = 1
@@ -31,11 +31,6 @@ def _version() -> str:
 
 def _problem_key(problem: ConvProblem) -> str:
     return json.dumps(attrs.asdict(problem, recurse=True), sort_keys=True, default=list)
-
-
-def _spec_from(data: dict) -> KernelSpec:
-    tile = data.get("tile")
-    return KernelSpec(**{**data, "tile": Tile(**tile) if tile else None})
 
 
 def cache_from_results(results_path: str, cache_path: str) -> int:
@@ -113,7 +108,7 @@ class TuningCache:
                     **{k: tuple(record["problem"][k]) for k in ("input_size", "filter_size", "stride", "dilation")},
                     "padding": tuple(tuple(p) for p in record["problem"]["padding"]),
                 })
-                spec = _spec_from(record["spec"])
+                spec = spec_from_dict(record["spec"])
                 self._entries[(_problem_key(problem), record["target"], record.get("device", ""))] = spec
             except Exception as exc:
                 warnings.warn(f"{ENV}={path}: an entry is ignored ({type(exc).__name__}: {exc})", stacklevel=4)

@@ -4,7 +4,16 @@ import attrs
 import pytest
 
 from convwgrad.provider import PROFILES, ConvProblem, KernelSpec, Tile, plan
-from convwgrad.selectors.splitk import MIN_BLOCKS_PER_SPLIT, cap, choose_split_k, snap, wanted, wave_programs
+from convwgrad.selectors.splitk import (
+    MAX_BLOCKS_PER_SPLIT,
+    MIN_BLOCKS_PER_SPLIT,
+    TARGET_WAVES,
+    cap,
+    choose_split_k,
+    snap,
+    wanted,
+    wave_programs,
+)
 
 TILE = Tile(block_m=16, block_n=16, block_k=64)
 
@@ -24,17 +33,32 @@ def test_wave_is_compute_units_times_resident_programs():
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx950"])
-def test_small_grid_is_split_to_fill_a_wave(target):
+def test_small_grid_is_split_to_the_target_waves(target):
     t = PROFILES[target]
     p = depthwise(32, 56)  # base grid: 32 programs
     split = choose_split_k(p, spec(), t, 32)
-    assert split * 32 >= wave_programs(spec(), t)
+    assert split * 32 >= TARGET_WAVES * wave_programs(spec(), t)
     assert (split * 32) % t.l2_domains == 0
 
 
+def test_long_reduction_under_a_wave_is_split_to_bounded_slices():
+    t = PROFILES["sm_90"]
+    p = depthwise(64, 112)  # K_gemm = 32 * 112 * 112: 6272 steps of 64
+    steps = -(-p.gemm_k // TILE.block_k)
+    few_programs = wave_programs(spec(), t) // 2
+    assert wanted(spec(), t, few_programs, steps) == -(-steps // MAX_BLOCKS_PER_SPLIT)
+    # a base grid of a full wave or more gets no split for the reduction's length alone
+    assert wanted(spec(), t, wave_programs(spec(), t), steps) == 1
+
+
 def test_grouped_problem_with_one_tile_does_not_ask_for_hundreds_of_slices():
+    t = PROFILES["sm_90"]
+    p = ConvProblem.build(batch=32, groups=1024, in_channels=1024, input_size=(14, 14), filter_size=3, padding=1)
+    assert choose_split_k(p, spec(), t, base_programs=1024) <= 4
+    # a long reduction splits only as far as MAX_BLOCKS_PER_SPLIT asks: tens, not hundreds
     p = ConvProblem.build(batch=32, groups=1024, in_channels=1024, input_size=(56, 56), filter_size=3, padding=1)
-    assert choose_split_k(p, spec(), PROFILES["sm_90"], base_programs=1024) <= 3
+    steps = -(-p.gemm_k // TILE.block_k)
+    assert choose_split_k(p, spec(), t, base_programs=1024) == -(-steps // MAX_BLOCKS_PER_SPLIT) < 64
     assert choose_split_k(depthwise(4096, 56), spec(), PROFILES["sm_90"], 4096) == 1
 
 
@@ -72,7 +96,8 @@ def test_dense_problem_keeps_the_plain_formula():
     dense = ConvProblem.build(batch=32, groups=1, in_channels=64, out_channels=64, input_size=(28, 28),
                               filter_size=3, padding=1)
     base = 3
-    expected = min(wanted(spec(), t, base), cap(dense, spec(), t))
+    steps = -(-dense.gemm_k // TILE.block_k)
+    expected = min(wanted(spec(), t, base, steps), cap(dense, spec(), t))
     assert choose_split_k(dense, spec(), t, base) == expected
 
 
@@ -95,13 +120,20 @@ def test_routing_rules_fire_and_say_so():
     assert plan(conv1d, "sm_90").family == "wgrad_merged"
     grouped = ConvProblem.build(batch=32, groups=32, in_channels=128, input_size=(28, 28), filter_size=3, padding=1)
     assert plan(grouped, "sm_90").family == "aten"  # split-K measured slower on CUDA
+    dilated = ConvProblem.build(batch=32, groups=384, in_channels=384, input_size=(14, 14), filter_size=3,
+                                padding=3, dilation=3, layout="channels_last")
+    assert plan(dilated, "sm_90").family == "wgrad_merged"  # cuDNN's dilated path measured slower
+    unaligned = ConvProblem.build(batch=32, groups=40, in_channels=40, input_size=(112, 112), filter_size=13,
+                                  padding=6, layout="channels_last")
+    chosen = plan(unaligned, "sm_90")
+    assert chosen.family == "aten" and "C=40 not a multiple of 16" in chosen.rule
     on_amd = plan(small_filter, "gfx950")
     assert on_amd.family == "wgrad_merged" and on_amd.rule.startswith("priority:")
     pinned = plan(small_filter, "sm_90", family="wgrad_merged")
     assert pinned.family == "wgrad_merged"
 
 
-@pytest.mark.parametrize("channels, expected", [(144, 16), (96, 32), (116, 4), (58, 2), (1024, 32)])
-def test_merge_degree_is_the_largest_the_gate_admits(channels, expected):
+@pytest.mark.parametrize("channels, expected", [(144, 16), (96, 16), (116, 4), (58, 2), (1024, 16), (40, 8)])
+def test_merge_degree_is_16_first_then_the_largest_the_gate_admits(channels, expected):
     chosen = plan(depthwise(channels, 14), "gfx950", family="wgrad_merged")
     assert chosen.group_merge == expected

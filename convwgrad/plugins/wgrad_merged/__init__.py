@@ -19,11 +19,12 @@ from . import launcher
 FAMILY = "wgrad_merged"
 #: Above split-K (10): where the gate admits a depthwise problem, merging is the family built for it.
 PRIORITY = 20
-#: Degrees offered, preferred first: the largest the gate admits. On H200 (35 published
-#: layers, bf16, 2026-12-02, best split per degree) "largest admitted" captured 0.933 of
-#: the best degree's speed (geomean; worst 0.72), "one 16-byte vector (8) first" 0.898
-#: (worst 0.54). The bench and the selectors issue refine this.
-DEGREES = (32, 16, 8, 4, 2)
+#: Degrees offered, preferred first. 16 fills the matrix unit's 16-row minimum exactly;
+#: 32 doubles the M tile and so the off-diagonal work, smaller degrees leave rows empty.
+#: H200 sweep (bf16 channels_last, 2026-12-02, shapes where merged beats cuDNN, best split
+#: per degree): 16 first captured 0.966 of the best degree's speed on the corpus (82
+#: shapes) and 0.997 on the random grid (30), against 0.954 and 0.921 for 32 first.
+DEGREES = (16, 32, 8, 4, 2)
 VECTOR_BYTES = 16
 #: Merged columns (taps x Gm) per program: 128 holds a 3x3 filter at Gm = 8 or
 #: 4x4 taps at Gm = 8 in one tile with 16 fp32 accumulators a thread. Not yet swept.
