@@ -3,9 +3,13 @@
     import convwgrad
     dw = convwgrad.conv2d_weight(x, w.shape, dy, stride=1, padding=1, groups=x.shape[1])
     print(convwgrad.explain(convwgrad.ConvProblem.from_tensors(x, w.shape, dy, 1, 1, 1, x.shape[1])))
+
+    convwgrad.patch(model)          # every grouped nn.ConvNd of model: dW from convwgrad
+    print(convwgrad.explain_model(model, example_input))
 """
 
-from . import aot
+from . import aot, functional
+from .frameworks import disabled, explain_model, is_enabled, patch, patched_modules, set_enabled, unpatch
 from .provider import (
     ConvProblem,
     KernelSpec,
@@ -25,5 +29,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConvProblem", "KernelSpec", "Plan", "TargetInfo", "Tile", "aot", "conv1d_weight", "conv2d_weight",
-    "conv3d_weight", "dispatch_conv_grouped", "explain", "plan", "record_launches",
+    "conv3d_weight", "disabled", "dispatch_conv_grouped", "explain", "explain_model", "functional", "is_enabled",
+    "patch", "patched_modules", "plan", "record_launches", "set_enabled", "unpatch",
 ]

@@ -87,8 +87,18 @@ def cmd_sweep(args) -> int:
         from .provider.spec import spec_from_dict
         from .scoring import reference_specs
 
+        from .provider.plan import plan as make_plan
+        from .provider.target import current_target
+        from .scoring import planned_specs
+
         confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(args.confirm_from).items()}
         problems = [(label, p) for label, p in problems if label in confirm]
+        if args.changed_only:
+            before = planned_specs(args.confirm_from)
+            target = current_target("cuda" if torch.cuda.is_available() else "cpu")
+            problems = [(label, p) for label, p in problems
+                        if label not in before or make_plan(p, target).spec != spec_from_dict(before[label])]
+            print(f"{len(problems)} shapes whose plan changed since {args.confirm_from}", file=sys.stderr)
     results = []
     for label, problem in problems:
         progress = ProgressBar(label, enabled=args.progress)
@@ -110,7 +120,7 @@ def cmd_score(args) -> int:
 
     from .scoring import format_score, plot, read_results, score
 
-    scores = read_results(args.results)
+    scores = read_results(*args.results)
     summary = score(scores)
     print(json_module.dumps(summary, indent=1) if args.json else format_score(summary))
     if args.plot:
@@ -118,7 +128,7 @@ def cmd_score(args) -> int:
     if args.tuning_cache:
         from .selectors.tuning import cache_from_results
 
-        count = cache_from_results(args.results, args.tuning_cache)
+        count = cache_from_results(args.results[0], args.tuning_cache)
         print(f"{count} tuned entries -> {args.tuning_cache} (use with CONVWGRAD_TUNING_CACHE)", file=sys.stderr)
     return 0
 
@@ -185,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--confirm-from", metavar="RESULTS",
                        help="time only the current plan beside each shape's oracle, best Gm=1 and torch configs "
                             "from an earlier results file: scores a revised policy by measurement")
+    sweep.add_argument("--changed-only", action="store_true",
+                       help="with --confirm-from: only the shapes whose plan differs from that file's")
     sweep.add_argument("--verify-only", action="store_true",
                        help="verify (and so compile) every config without timing: run several shards of this in "
                             "parallel to warm Triton's kernel cache before one timed sweep")
@@ -192,11 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=cmd_sweep)
 
     scorer = sub.add_parser("score", help="score the policy against the oracle from sweep results")
-    scorer.add_argument("results", help="results CSV written by `convwgrad sweep`")
+    scorer.add_argument("results", nargs="+",
+                        help="results CSVs written by `convwgrad sweep`; a shape in a later file replaces it in earlier ones")
     scorer.add_argument("--plot", metavar="PNG", help="write per-shape speedups, sorted, as a PNG")
     scorer.add_argument("--json", action="store_true")
     scorer.add_argument("--tuning-cache", metavar="JSON",
-                        help="write each shape's fastest verified config as a tuning cache")
+                        help="write each shape's fastest verified config (first results file) as a tuning cache")
     scorer.set_defaults(func=cmd_score)
 
     explain = sub.add_parser("explain", help="every candidate with its verdict, and the choice")

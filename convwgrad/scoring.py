@@ -86,11 +86,23 @@ class ShapeScore:
     policy_config: str
 
 
-def read_results(path: str) -> list[ShapeScore]:
-    by_shape: dict[str, list[dict]] = {}
+def planned_specs(path: str) -> dict[str, dict]:
+    """Per shape, the spec dict of the config the policy chose when the results were taken."""
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            by_shape.setdefault(row["shape"], []).append(row)
+        return {row["shape"]: json.loads(row["spec_json"]) for row in csv.DictReader(f)
+                if row["planned"] == "True" and row.get("spec_json")}
+
+
+def read_results(*paths: str) -> list[ShapeScore]:
+    """Scores per shape; a shape in a later file replaces that shape's rows from earlier ones
+    (a ``sweep --confirm-from`` file over the sweep it re-timed)."""
+    by_shape: dict[str, list[dict]] = {}
+    for path in paths:
+        fresh: dict[str, list[dict]] = {}
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                fresh.setdefault(row["shape"], []).append(row)
+        by_shape.update(fresh)
     scores = []
     for shape, rows in by_shape.items():
         passed = [r for r in rows if r["passed"] == "True" and r["time_ms"] not in ("", "None")]

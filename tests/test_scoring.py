@@ -77,6 +77,14 @@ def test_confirm_times_the_plan_beside_the_earlier_oracle_and_baselines(tmp_path
     assert sum(r["planned"] == "True" for r in rows) == 1 and all(r["passed"] == "True" for r in rows)
     oracle = min(swept, key=lambda r: float(r["time_ms"]))["kernel_name"]
     assert oracle in names and {"aten", "wgrad_splitk"} <= {r["family"] for r in rows}
+    # the plan is unchanged since the first sweep: --changed-only has nothing to re-time
+    unchanged = tmp_path / "unchanged.csv"
+    assert main(["sweep", str(shapes), "-o", str(unchanged), "--confirm-from", str(first), "--changed-only",
+                 *common]) == 0
+    assert not unchanged.exists() or not list(csv.DictReader(open(unchanged)))
+    # scoring several files: the later file's rows replace the shape's earlier ones
+    (scored,) = read_results(str(first), str(second))
+    assert scored.policy_ms == float(next(r["time_ms"] for r in rows if r["planned"] == "True"))
 
 
 def test_plot_is_a_png(tmp_path):

@@ -18,3 +18,14 @@ def to_layout(tensor: torch.Tensor, layout: str) -> torch.Tensor:
     if tensor.dim() == 5:
         return tensor.contiguous(memory_format=torch.channels_last_3d)
     return tensor.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def layout_of(tensor: torch.Tensor) -> str:
+    """The problem layout a tensor is stored in: "channels_last" when channels are innermost
+    (and it is not also plain contiguous), else "contiguous" (other strides are copied)."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(tensor.dim())
+    if fmt is not None and not tensor.is_contiguous() and tensor.is_contiguous(memory_format=fmt):
+        return "channels_last"
+    if tensor.dim() == 3 and tensor.stride(1) == 1 and tensor.shape[1] > 1 and tensor.shape[2] > 1:
+        return "channels_last"
+    return "contiguous"

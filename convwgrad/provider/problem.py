@@ -324,11 +324,6 @@ def _compact(values) -> str:
 
 
 def _layout_of(tensor) -> str:
-    import torch
+    from .layout import layout_of  # torch is imported only where tensors are
 
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(tensor.dim())
-    if fmt is not None and not tensor.is_contiguous() and tensor.is_contiguous(memory_format=fmt):
-        return "channels_last"
-    if tensor.dim() == 3 and tensor.stride(1) == 1 and tensor.shape[1] > 1 and tensor.shape[2] > 1:
-        return "channels_last"
-    return "contiguous"
+    return layout_of(tensor)

@@ -1,0 +1,10 @@
+"""Framework integration (torch): custom ops, autograd, model patching, per-layer explain.
+
+A user of the provider core, never imported by it.
+"""
+
+from .explain import explain_model
+from .patching import disabled, grouped_conv, is_enabled, patch, patched_modules, set_enabled, unpatch
+
+__all__ = ["disabled", "explain_model", "grouped_conv", "is_enabled", "patch", "patched_modules", "set_enabled",
+           "unpatch"]

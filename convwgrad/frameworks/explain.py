@@ -1,0 +1,61 @@
+"""Which kernel each grouped convolution of a model gets: one forward pass, one line a layer."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from convwgrad.provider.layout import layout_of
+from convwgrad.provider.plan import plan
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.target import current_target
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+def _problem(module, input) -> ConvProblem:
+    device = input.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else input.dtype
+    rank = input.dim() - 2
+    input_size, padding = tuple(input.shape[2:]), module.padding
+    if module.padding_mode != "zeros":  # the module pads the input itself, then convolves unpadded
+        input_size = tuple(s + 2 * p for s, p in zip(input_size, module.padding))
+        padding = 0
+    elif padding == "same":
+        totals = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
+        padding = tuple((t // 2, t - t // 2) for t in totals)
+    elif padding == "valid":
+        padding = 0
+    return ConvProblem.build(
+        batch=input.shape[0], groups=module.groups, in_channels=module.in_channels,
+        out_channels=module.out_channels, input_size=input_size, filter_size=module.kernel_size[:rank],
+        stride=module.stride, padding=padding, dilation=module.dilation, dtype=dtype, layout=layout_of(input),
+    )
+
+
+def explain_model(model: nn.Module, *inputs, **kwargs) -> str:
+    """Run ``model(*inputs, **kwargs)`` once without gradients and say, for every grouped
+    convolution, the problem it poses and the kernel ``plan()`` gives its weight gradient
+    (with the rule that chose it). Autocast, if on around the call, is taken into account."""
+    seen: list[tuple[str, ConvProblem]] = []
+    hooks = []
+    for name, module in model.named_modules():
+        if isinstance(module, _CONVS) and module.groups > 1:
+            hooks.append(module.register_forward_pre_hook(
+                lambda mod, args, name=name: seen.append((name, _problem(mod, args[0])))
+            ))
+    try:
+        with torch.no_grad():
+            model(*inputs, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not seen:
+        return "no grouped convolution ran"
+    device = inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor) else None
+    target = current_target(device)
+    lines = []
+    for name, problem in seen:
+        chosen = plan(problem, target)
+        lines.append(f"{name or type(model).__name__}: {problem.describe()}\n    -> {chosen.kernel_name}  [{chosen.rule}]")
+    return "\n".join(lines)

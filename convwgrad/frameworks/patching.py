@@ -1,0 +1,175 @@
+"""One line for a model: ``convwgrad.patch(model)`` routes the weight gradient of every grouped
+convolution through convwgrad; ``convwgrad.unpatch(model)`` undoes it; ``convwgrad.disabled()``
+switches convwgrad off everywhere (torch's own path) for debugging.
+
+Patching swaps the class of each ``nn.Conv1d/2d/3d`` with groups > 1 for a subclass whose
+``_conv_forward`` calls :func:`grouped_conv`; parameters, buffers, hooks and ``state_dict`` keys
+are the module's own, untouched. Forward and input gradient stay torch's; autocast, channels_last,
+gradient accumulation and ``torch.compile`` behave as with the stock module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .torch_ops import conv as _conv_op
+
+_state = threading.local()
+#: CONVWGRAD_DISABLE=1 in the environment starts every thread with convwgrad off.
+_DEFAULT_ENABLED = os.environ.get("CONVWGRAD_DISABLE", "") in ("", "0")
+
+
+def is_enabled() -> bool:
+    return getattr(_state, "enabled", _DEFAULT_ENABLED)
+
+
+def set_enabled(enabled: bool) -> None:
+    """Switch convwgrad on or off for this thread (patched layers then run torch's own path)."""
+    _state.enabled = bool(enabled)
+
+
+@contextlib.contextmanager
+def disabled():
+    """Run the block with convwgrad off: every patched layer and :func:`grouped_conv` call is stock torch."""
+    previous = is_enabled()
+    set_enabled(False)
+    try:
+        yield
+    finally:
+        set_enabled(previous)
+
+
+_STOCK = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _ints(value, rank: int, name: str) -> list[int]:
+    values = [value] * rank if isinstance(value, int) else list(value)
+    if len(values) != rank or not all(isinstance(v, int) for v in values):
+        raise ValueError(f"{name} must be an int or {rank} ints, got {value!r}")
+    return values
+
+
+def _resolve_padding(input, weight, padding, stride, dilation, rank):
+    """Symmetric per-dim padding for the op; 'same' with an odd total pads the input first (as torch does)."""
+    if not isinstance(padding, str):
+        return input, _ints(padding, rank, "padding")
+    if padding == "valid":
+        return input, [0] * rank
+    if padding != "same":
+        raise ValueError(f"padding must be an int, ints, 'valid' or 'same', got {padding!r}")
+    if any(s != 1 for s in stride):
+        raise ValueError(f"padding='same' needs stride 1, got stride={tuple(stride)}")
+    totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+    before = [t // 2 for t in totals]
+    extra = [t - 2 * b for t, b in zip(totals, before)]
+    if any(extra):
+        pads = []
+        for e in reversed(extra):  # F.pad takes the last dim first
+            pads += [0, e]
+        input = F.pad(input, pads)
+    return input, before
+
+
+def _autocast(input, weight, bias):
+    """Cast as autocast would for a convolution: a custom op is not autocast by torch itself."""
+    device = input.device.type
+    if not torch.is_autocast_enabled(device):
+        return input, weight, bias
+    dtype = torch.get_autocast_dtype(device)
+    cast = lambda t: t.to(dtype) if t is not None and t.is_floating_point() else t  # noqa: E731
+    return cast(input), cast(weight), cast(bias)
+
+
+def grouped_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``F.conv1d/2d/3d`` (picked by the input's rank) whose weight gradient comes from convwgrad
+    when ``groups > 1`` and convwgrad is enabled; torch's own call otherwise."""
+    rank = input.dim() - 2
+    if rank not in _STOCK:
+        raise ValueError(f"input must be 3-D, 4-D or 5-D (N, C, *spatial), got shape {tuple(input.shape)}")
+    if groups == 1 or not is_enabled():
+        return _STOCK[rank](input, weight, bias, stride, padding, dilation, groups)
+    stride = _ints(stride, rank, "stride")
+    dilation = _ints(dilation, rank, "dilation")
+    input, padding = _resolve_padding(input, weight, padding, stride, dilation, rank)
+    input, weight, bias = _autocast(input, weight, bias)
+    return _conv_op(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """Drop-in for ``F.conv1d``: dW from convwgrad when groups > 1."""
+    _check_rank(input, 1)
+    return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """Drop-in for ``F.conv2d``: dW from convwgrad when groups > 1."""
+    _check_rank(input, 2)
+    return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """Drop-in for ``F.conv3d``: dW from convwgrad when groups > 1."""
+    _check_rank(input, 3)
+    return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _check_rank(input, rank):
+    if input.dim() != rank + 2:
+        raise ValueError(f"conv{rank}d needs a {rank + 2}-D input, got shape {tuple(input.shape)}")
+
+
+class _PatchedConv:
+    """Mixin of the patched classes: the module's own padding mode, then :func:`grouped_conv`."""
+
+    def _conv_forward(self, input, weight, bias):
+        if self.padding_mode != "zeros":
+            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return grouped_conv(input, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return grouped_conv(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_PatchedConv, nn.Conv1d):
+    pass
+
+
+class Conv2d(_PatchedConv, nn.Conv2d):
+    pass
+
+
+class Conv3d(_PatchedConv, nn.Conv3d):
+    pass
+
+
+_PATCHED = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.Conv3d: Conv3d}
+_STOCK_CLASS = {patched: stock for stock, patched in _PATCHED.items()}
+
+
+def patch(model: nn.Module) -> nn.Module:
+    """Route the weight gradient of every grouped convolution in ``model`` (the module itself
+    included) through convwgrad, in place; return ``model``. Only plain ``nn.Conv1d/2d/3d`` with
+    groups > 1 change; subclasses, transposed and ungrouped convolutions are left alone."""
+    for module in model.modules():
+        patched = _PATCHED.get(type(module))
+        if patched is not None and module.groups > 1:
+            module.__class__ = patched
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo :func:`patch`: every patched convolution in ``model`` is the stock class again."""
+    for module in model.modules():
+        stock = _STOCK_CLASS.get(type(module))
+        if stock is not None:
+            module.__class__ = stock
+    return model
+
+
+def patched_modules(model: nn.Module) -> list[str]:
+    """Names of the modules of ``model`` that :func:`patch` switched."""
+    return [name for name, module in model.named_modules() if type(module) in _STOCK_CLASS]

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Score a revised policy by measurement: re-time, on the GPU machine, the current plan of every
+# shape whose plan changed since an earlier sweep, side by side with that sweep's oracle, best
+# Gm = 1 and torch configs for the shape (`sweep --confirm-from --changed-only`).
+#
+# Usage (repo root, GPU machine): bash tools/gpu_confirm.sh SECONDS SHAPES.csv=RESULTS.csv [...]
+#   RESULTS.csv: an earlier sweep's results (e.g. notes/sweep/corpus_h200.csv). Writes
+#   $OUT/confirm_<RESULTS>.csv and $OUT/score_<RESULTS>.txt (the sweep with the re-timed shapes
+#   replaced). WARM_PROCS (default 14) processes compile the kernels first, in parallel;
+#   PYTEST_ARGS, if set, runs `pytest $PYTEST_ARGS` alongside that warm phase.
+set -uo pipefail
+seconds=$1; shift
+deadline=$(( $(date +%s) + seconds ))
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+OUT=${OUT:-out}; mkdir -p "$OUT"
+procs=${WARM_PROCS:-14}
+common=(--first-tile-only --reference-on-device --no-progress --warmup-ms 5 --rep-ms 20 --changed-only)
+
+tests_pid=
+if [[ -n ${PYTEST_ARGS:-} ]]; then
+  timeout $(( seconds / 2 )) python3 -m pytest $PYTEST_ARGS -q -p no:cacheprovider >"$OUT/pytest_gpu.txt" 2>&1 &
+  tests_pid=$!
+fi
+start=$(date +%s)
+for pair in "$@"; do
+  shapes=${pair%%=*}; results=${pair#*=}
+  for ((i = 0; i < procs; i++)); do
+    timeout $(( seconds / 3 )) python3 -m convwgrad.cli sweep "$shapes" -o "/tmp/warm_$i.csv" --shard "$i/$procs" \
+      --confirm-from "$results" --verify-only "${common[@]}" >/dev/null 2>&1 &
+  done
+  wait $(jobs -p | grep -v "^${tests_pid:-x}$")
+done
+echo "warm phase: $(( $(date +%s) - start )) s"
+[[ -n $tests_pid ]] && { wait "$tests_pid"; tail -3 "$OUT/pytest_gpu.txt"; }
+
+for pair in "$@"; do
+  shapes=${pair%%=*}; results=${pair#*=}; name=$(basename "$results" .csv)
+  left=$(( deadline - $(date +%s) ))
+  (( left > 10 )) || break
+  timeout "$left" python3 -m convwgrad.cli sweep "$shapes" -o "$OUT/confirm_$name.csv" --confirm-from "$results" \
+    "${common[@]}" 2>&1 | tail -2
+  files=("$results"); [[ -e $OUT/confirm_$name.csv ]] && files+=("$OUT/confirm_$name.csv")
+  python3 -m convwgrad.cli score "${files[@]}" | tee "$OUT/score_$name.txt"
+done
