@@ -7,7 +7,8 @@
 #   RESULTS.csv: an earlier sweep's results (e.g. notes/sweep/corpus_h200.csv). Writes
 #   $OUT/confirm_<RESULTS>.csv and $OUT/score_<RESULTS>.txt (the sweep with the re-timed shapes
 #   replaced). WARM_PROCS (default 14) processes compile the kernels first, in parallel;
-#   PYTEST_ARGS, if set, runs `pytest $PYTEST_ARGS` alongside that warm phase.
+#   PYTEST_ARGS, if set, runs `pytest $PYTEST_ARGS` alongside that warm phase; AFTER_WARM, if
+#   set, is a command run after both, before the timed pass (the GPU is otherwise idle then).
 set -uo pipefail
 seconds=$1; shift
 deadline=$(( $(date +%s) + seconds ))
@@ -18,20 +19,21 @@ common=(--first-tile-only --reference-on-device --no-progress --warmup-ms 5 --re
 
 tests_pid=
 if [[ -n ${PYTEST_ARGS:-} ]]; then
-  timeout $(( seconds / 2 )) python3 -m pytest $PYTEST_ARGS -q -p no:cacheprovider >"$OUT/pytest_gpu.txt" 2>&1 &
+  timeout ${WARM_SECONDS:-$(( seconds / 2 ))} python3 -m pytest $PYTEST_ARGS -q -p no:cacheprovider >"$OUT/pytest_gpu.txt" 2>&1 &
   tests_pid=$!
 fi
 start=$(date +%s)
 for pair in "$@"; do
   shapes=${pair%%=*}; results=${pair#*=}
   for ((i = 0; i < procs; i++)); do
-    timeout $(( seconds / 3 )) python3 -m convwgrad.cli sweep "$shapes" -o "/tmp/warm_$i.csv" --shard "$i/$procs" \
+    timeout ${WARM_SECONDS:-$(( seconds / 3 ))} python3 -m convwgrad.cli sweep "$shapes" -o "/tmp/warm_$i.csv" --shard "$i/$procs" \
       --confirm-from "$results" --verify-only "${common[@]}" >/dev/null 2>&1 &
   done
   wait $(jobs -p | grep -v "^${tests_pid:-x}$")
 done
 echo "warm phase: $(( $(date +%s) - start )) s"
 [[ -n $tests_pid ]] && { wait "$tests_pid"; tail -3 "$OUT/pytest_gpu.txt"; }
+[[ -n ${AFTER_WARM:-} ]] && bash -c "$AFTER_WARM"
 
 for pair in "$@"; do
   shapes=${pair%%=*}; results=${pair#*=}; name=$(basename "$results" .csv)
