@@ -75,3 +75,18 @@ def test_bad_call_raises_every_time_despite_the_problem_cache():
     good = convwgrad.conv2d_weight(x, (6, 1, 3, 3), dy, padding=[1, 1], groups=6)
     again = convwgrad.conv2d_weight(x, (6, 1, 3, 3), dy, padding=[1, 1], groups=6)
     assert torch.equal(good, again)
+
+
+def test_launches_are_recorded_from_other_threads():
+    """A CUDA backward runs on autograd's worker thread: its launches must reach the caller's log."""
+    import threading
+
+    x = torch.randn(2, 8, 5, 5, device=DEVICE)
+    dy = torch.randn(2, 8, 5, 5, device=DEVICE)
+    with convwgrad.record_launches() as log:
+        worker = threading.Thread(target=convwgrad.conv2d_weight, args=(x, (8, 1, 3, 3), dy, 1, 1, 1, 8))
+        worker.start()
+        worker.join()
+    assert len(log) == 1 and log[0].family in ("wgrad_merged", "wgrad_splitk", "aten")
+    convwgrad.conv2d_weight(x, (8, 1, 3, 3), dy, 1, 1, 1, 8)
+    assert len(log) == 1  # closed: later launches are not recorded

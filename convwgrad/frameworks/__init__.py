@@ -3,8 +3,8 @@
 A user of the provider core, never imported by it.
 """
 
-from .explain import explain_model
+from .explain import explain_model, layer_plans
 from .patching import disabled, grouped_conv, is_enabled, patch, patched_modules, set_enabled, unpatch
 
-__all__ = ["disabled", "explain_model", "grouped_conv", "is_enabled", "patch", "patched_modules", "set_enabled",
+__all__ = ["disabled", "explain_model", "layer_plans", "grouped_conv", "is_enabled", "patch", "patched_modules", "set_enabled",
            "unpatch"]

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from convwgrad.provider.layout import layout_of
-from convwgrad.provider.plan import plan
+from convwgrad.provider.plan import Plan, plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
@@ -33,10 +33,10 @@ def _problem(module, input) -> ConvProblem:
     )
 
 
-def explain_model(model: nn.Module, *inputs, **kwargs) -> str:
-    """Run ``model(*inputs, **kwargs)`` once without gradients and say, for every grouped
-    convolution, the problem it poses and the kernel ``plan()`` gives its weight gradient
-    (with the rule that chose it). Autocast, if on around the call, is taken into account."""
+def layer_plans(model: nn.Module, *inputs, **kwargs) -> list[tuple[str, Plan]]:
+    """Run ``model(*inputs, **kwargs)`` once without gradients; return (module name, plan of its
+    weight gradient) for every grouped convolution that ran, in call order. Autocast, if on
+    around the call, is taken into account."""
     seen: list[tuple[str, ConvProblem]] = []
     hooks = []
     for name, module in model.named_modules():
@@ -50,12 +50,15 @@ def explain_model(model: nn.Module, *inputs, **kwargs) -> str:
     finally:
         for hook in hooks:
             hook.remove()
-    if not seen:
-        return "no grouped convolution ran"
     device = inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor) else None
     target = current_target(device)
-    lines = []
-    for name, problem in seen:
-        chosen = plan(problem, target)
-        lines.append(f"{name or type(model).__name__}: {problem.describe()}\n    -> {chosen.kernel_name}  [{chosen.rule}]")
-    return "\n".join(lines)
+    return [(name or type(model).__name__, plan(problem, target)) for name, problem in seen]
+
+
+def explain_model(model: nn.Module, *inputs, **kwargs) -> str:
+    """:func:`layer_plans` as text: each grouped convolution, its problem, its kernel and the
+    rule that chose it (an aten plan means the patched layer runs stock torch)."""
+    plans = layer_plans(model, *inputs, **kwargs)
+    if not plans:
+        return "no grouped convolution ran"
+    return "\n".join(f"{name}: {p.problem.describe()}\n    -> {p.kernel_name}  [{p.rule}]" for name, p in plans)

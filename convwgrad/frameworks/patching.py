@@ -18,6 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convwgrad.provider.layout import layout_of
+from convwgrad.provider.manager import get_plugin_manager
+from convwgrad.provider.plan import plan
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.target import current_target
+
 from .torch_ops import conv as _conv_op
 
 _state = threading.local()
@@ -86,6 +92,41 @@ def _autocast(input, weight, bias):
     return cast(input), cast(weight), cast(bias)
 
 
+#: Routing decisions kept by layer signature, so a training step pays one dict lookup a layer.
+ROUTE_CACHE_SIZE = 4096
+_routes: dict = {}
+
+
+def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
+    """Whether ``plan()`` gives this layer's dW to torch's own kernel (the aten family): the
+    layer then runs stock torch, with none of the custom op's cost. Under ``torch.compile``
+    the op is always used and decides inside the graph (plan() is not traced)."""
+    if torch.compiler.is_compiling():
+        return False
+    key = (get_plugin_manager(), tuple(input.shape), input.stride(), input.dtype, input.device,
+           tuple(weight.shape), tuple(stride), tuple(padding), tuple(dilation), groups)
+    routed = _routes.get(key)
+    if routed is None:
+        try:
+            problem = ConvProblem.build(
+                batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
+                input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
+                padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
+            )
+        except ValueError:
+            return True  # not a problem convwgrad poses: torch's own call (and its own error, if any)
+        routed = plan(problem, current_target(input.device)).family == "aten"
+        if len(_routes) >= ROUTE_CACHE_SIZE:
+            _routes.clear()
+        _routes[key] = routed
+    return routed
+
+
+def clear_route_cache() -> None:
+    """Forget routing decisions (after changing plugins or the tuning cache)."""
+    _routes.clear()
+
+
 def grouped_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """``F.conv1d/2d/3d`` (picked by the input's rank) whose weight gradient comes from convwgrad
     when ``groups > 1`` and convwgrad is enabled; torch's own call otherwise."""
@@ -98,6 +139,8 @@ def grouped_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, grou
     dilation = _ints(dilation, rank, "dilation")
     input, padding = _resolve_padding(input, weight, padding, stride, dilation, rank)
     input, weight, bias = _autocast(input, weight, bias)
+    if routes_to_torch(input, weight, stride, padding, dilation, groups):
+        return _STOCK[rank](input, weight, bias, stride, padding, dilation, groups)
     return _conv_op(input, weight, bias, stride, padding, dilation, groups)
 
 

@@ -21,21 +21,23 @@ class LaunchRecord:
     kernels: tuple[str, ...]  # the kernels the family reports it launched
 
 
-_recorders = threading.local()
+#: Open logs, process-wide: autograd runs a CUDA backward on its own worker thread, so a
+#: thread-local log opened around ``loss.backward()`` would miss every weight gradient.
+_recorders: list[list] = []
+_recorders_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def record_launches():
-    """Collect a :class:`LaunchRecord` for every dispatch inside the block (this thread)."""
-    stack = getattr(_recorders, "stack", None)
-    if stack is None:
-        stack = _recorders.stack = []
+    """Collect a :class:`LaunchRecord` for every dispatch, on any thread, while the block runs."""
     log: list[LaunchRecord] = []
-    stack.append(log)
+    with _recorders_lock:
+        _recorders.append(log)
     try:
         yield log
     finally:
-        stack.remove(log)
+        with _recorders_lock:
+            _recorders.remove(log)
 
 
 def _check_tensor(name, tensor, shape, dtype, device):
@@ -99,8 +101,11 @@ def dispatch_conv_grouped(
     )
     if launched is None:
         raise RuntimeError(f"no plugin launched family {plan.family!r} (is its plugin registered?)")
-    for log in getattr(_recorders, "stack", ()):
-        log.append(LaunchRecord(plan.kernel_name, plan.family, tuple(launched)))
+    if _recorders:
+        record = LaunchRecord(plan.kernel_name, plan.family, tuple(launched))
+        with _recorders_lock:
+            for log in _recorders:
+                log.append(record)
     return out
 
 

@@ -124,6 +124,23 @@ def test_disabled_falls_back_to_torch_everywhere():
         assert torch.equal(a.grad, b.grad)
 
 
+def test_layers_planned_for_torch_run_stock_torch_without_the_op():
+    from convwgrad.provider.manager import build_plugin_manager, use_plugin_manager
+
+    stock, patched = make_pair()
+    x, target = batch(13)
+    step(stock, x, target)
+    only_aten = build_plugin_manager(default_plugins=("convwgrad.plugins.aten_fallback:plugin",
+                                                      "convwgrad.selectors"), load_entrypoints=False)
+    with use_plugin_manager(only_aten), convwgrad.record_launches() as log:
+        plans = convwgrad.layer_plans(patched, x)
+        step(patched, x, target)
+    assert [p.family for _, p in plans] == ["aten"] * 3
+    assert log == []  # bypassed: no custom op, no dispatch
+    for a, b in zip(stock.parameters(), patched.parameters()):
+        assert torch.equal(a.grad, b.grad)
+
+
 def test_deterministic_algorithms_give_bitwise_equal_gradients():
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
