@@ -84,21 +84,7 @@ def cmd_sweep(args) -> int:
         print("no GPU found: the sweep runs through the Triton interpreter; its timings mean nothing", file=sys.stderr)
     confirm = None
     if args.confirm_from:
-        from .provider.spec import spec_from_dict
-        from .scoring import reference_specs
-
-        from .provider.plan import plan as make_plan
-        from .provider.target import current_target
-        from .scoring import planned_specs
-
-        confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(args.confirm_from).items()}
-        problems = [(label, p) for label, p in problems if label in confirm]
-        if args.changed_only:
-            before = planned_specs(args.confirm_from)
-            target = current_target("cuda" if torch.cuda.is_available() else "cpu")
-            problems = [(label, p) for label, p in problems
-                        if label not in before or make_plan(p, target).spec != spec_from_dict(before[label])]
-            print(f"{len(problems)} shapes whose plan changed since {args.confirm_from}", file=sys.stderr)
+        problems, confirm = _confirm_selection(args, problems)
     results = []
     for label, problem in problems:
         progress = ProgressBar(label, enabled=args.progress)
@@ -113,6 +99,27 @@ def cmd_sweep(args) -> int:
     print(f"{len(problems)} shapes, {sum(len(r.results) for r in results)} configs, {failed} failed verification "
           f"-> {args.output}")
     return 1 if failed else 0
+
+
+def _confirm_selection(args, problems):
+    """The shapes ``--confirm-from`` re-times (all of that file's, or those whose plan changed
+    with ``--changed-only``) and, per shape, the reference configs to time beside the plan."""
+    import torch
+
+    from .provider.plan import plan as make_plan
+    from .provider.spec import spec_from_dict
+    from .provider.target import current_target
+    from .scoring import planned_specs, reference_specs
+
+    confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(args.confirm_from).items()}
+    problems = [(label, p) for label, p in problems if label in confirm]
+    if args.changed_only:
+        before = planned_specs(args.confirm_from)
+        target = current_target("cuda" if torch.cuda.is_available() else "cpu")
+        problems = [(label, p) for label, p in problems
+                    if label not in before or make_plan(p, target).spec != spec_from_dict(before[label])]
+        print(f"{len(problems)} shapes whose plan changed since {args.confirm_from}", file=sys.stderr)
+    return problems, confirm
 
 
 def cmd_score(args) -> int:

@@ -4,9 +4,10 @@
 # Usage (repo root, on the GPU machine):
 #   bash tools/gpu_sweep.sh SECONDS SHAPES.csv=RESULTS.csv [SHAPES.csv=RESULTS.csv ...]
 #
-# 1. Warm: WARM_PROCS processes (default 8) verify every config of every shape without
-#    timing, in parallel, so Triton's on-disk kernel cache is full before any timing.
-#    Skipped when a previous call on this (still warm) machine did it.
+# 1. Warm: WARM_PROCS processes (default 8) verify every config of every shape not yet
+#    timed, without timing, in parallel, so Triton's on-disk kernel cache is full before any
+#    timing. Skipped when a previous call on this (still warm) machine did it; remove
+#    $SWEEP_DIR/warmed to warm again (a new shapes file, or what a cut-off warm-up missed).
 # 2. Time: one process sweeps the shapes not yet in each RESULTS.csv (--resume), until
 #    SECONDS run out. Timings are never taken while another process uses the GPU.
 # 3. Copy every RESULTS.csv to $OUT and score it there.
@@ -30,10 +31,16 @@ if [[ ${GPU_TESTS:-0} == 1 ]]; then
   tests_pid=$!
 fi
 
+for pair in "$@"; do  # a fresh machine resumes from the results carried in notes/sweep/
+  results=$(basename "${pair#*=}")
+  [[ ! -e $state/$results && -e notes/sweep/$results ]] && cp "notes/sweep/$results" "$state/$results"
+done
+
 if [[ ! -e $state/warmed ]]; then
   start=$(date +%s)
   for pair in "$@"; do
-    shapes=${pair%%=*}
+    shapes=$state/left_$(basename "${pair%%=*}")  # warm only the shapes not yet timed
+    python3 tools/remaining_shapes.py "${pair%%=*}" "$state/$(basename "${pair#*=}")" "$shapes"
     for ((i = 0; i < procs; i++)); do
       timeout $(( seconds / 2 )) python3 -m convwgrad.cli sweep "$shapes" -o "$state/warm_$i.csv" --shard "$i/$procs" --verify-only \
         "${common[@]}" >"$state/warm_$i.log" 2>&1 &
@@ -48,7 +55,6 @@ fi
 
 for pair in "$@"; do
   shapes=${pair%%=*}; results=$(basename "${pair#*=}")
-  [[ ! -e $state/$results && -e notes/sweep/$results ]] && cp "notes/sweep/$results" "$state/$results"
   left=$(( deadline - $(date +%s) ))
   (( left > 20 )) || break
   timeout "$left" python3 -m convwgrad.cli sweep "$shapes" -o "$state/$results" --resume "${common[@]}" 2>&1 | tail -3

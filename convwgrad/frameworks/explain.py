@@ -10,6 +10,8 @@ from convwgrad.provider.plan import Plan, plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
+from .patching import same_padding
+
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
@@ -22,8 +24,7 @@ def _problem(module, input) -> ConvProblem:
         input_size = tuple(s + 2 * p for s, p in zip(input_size, module.padding))
         padding = 0
     elif padding == "same":
-        totals = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
-        padding = tuple((t // 2, t - t // 2) for t in totals)
+        padding = tuple(same_padding(module.kernel_size, module.dilation))
     elif padding == "valid":
         padding = 0
     return ConvProblem.build(

@@ -61,6 +61,12 @@ def _ints(value, rank: int, name: str) -> list[int]:
     return values
 
 
+def same_padding(kernel_size, dilation) -> list[tuple[int, int]]:
+    """(before, after) per dim of torch's padding='same': the odd one out goes after."""
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel_size)]
+    return [(t // 2, t - t // 2) for t in totals]
+
+
 def _resolve_padding(input, weight, padding, stride, dilation, rank):
     """Symmetric per-dim padding for the op; 'same' with an odd total pads the input first (as torch does)."""
     if not isinstance(padding, str):
@@ -71,15 +77,13 @@ def _resolve_padding(input, weight, padding, stride, dilation, rank):
         raise ValueError(f"padding must be an int, ints, 'valid' or 'same', got {padding!r}")
     if any(s != 1 for s in stride):
         raise ValueError(f"padding='same' needs stride 1, got stride={tuple(stride)}")
-    totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-    before = [t // 2 for t in totals]
-    extra = [t - 2 * b for t, b in zip(totals, before)]
-    if any(extra):
+    pairs = same_padding(weight.shape[2:], dilation)
+    if any(after != before for before, after in pairs):
         pads = []
-        for e in reversed(extra):  # F.pad takes the last dim first
-            pads += [0, e]
+        for before, after in reversed(pairs):  # F.pad takes the last dim first
+            pads += [0, after - before]
         input = F.pad(input, pads)
-    return input, before
+    return input, [before for before, _ in pairs]
 
 
 def _autocast(input, weight, bias):

@@ -62,6 +62,12 @@ def assert_grads_close(stock, patched, tol):
         assert relative_error(b.grad, a.grad.double()) <= tol, f"{name}: {relative_error(b.grad, a.grad.double()):.2e}"
 
 
+def assert_grads_equal(stock, patched):
+    """Bitwise: the patched model ran torch's own path."""
+    for (name, a), (_, b) in zip(stock.named_parameters(), patched.named_parameters()):
+        assert torch.equal(a.grad, b.grad), name
+
+
 def test_patch_switches_only_grouped_convs_and_keeps_the_state_dict():
     stock, patched = make_pair()
     assert convwgrad.patched_modules(patched) == ["features.0", "features.5", "features.7"]
@@ -107,8 +113,7 @@ def test_unpatch_restores_stock_behaviour():
     with convwgrad.record_launches() as log:
         step(patched, x, target)
     assert log == []
-    for a, b in zip(stock.parameters(), patched.parameters()):
-        assert torch.equal(a.grad, b.grad)
+    assert_grads_equal(stock, patched)
 
 
 def test_disabled_falls_back_to_torch_everywhere():
@@ -120,8 +125,7 @@ def test_disabled_falls_back_to_torch_everywhere():
         assert not convwgrad.is_enabled()
         step(patched, x, target)
     assert convwgrad.is_enabled() and log == []
-    for a, b in zip(stock.parameters(), patched.parameters()):
-        assert torch.equal(a.grad, b.grad)
+    assert_grads_equal(stock, patched)
 
 
 def test_layers_planned_for_torch_run_stock_torch_without_the_op():
@@ -137,8 +141,7 @@ def test_layers_planned_for_torch_run_stock_torch_without_the_op():
         step(patched, x, target)
     assert [p.family for _, p in plans] == ["aten"] * 3
     assert log == []  # bypassed: no custom op, no dispatch
-    for a, b in zip(stock.parameters(), patched.parameters()):
-        assert torch.equal(a.grad, b.grad)
+    assert_grads_equal(stock, patched)
 
 
 def test_deterministic_algorithms_give_bitwise_equal_gradients():
@@ -255,3 +258,12 @@ def test_explain_model_names_each_grouped_layer_and_its_kernel():
     lines = [line for line in text.splitlines() if not line.startswith(" ")]
     assert [line.split(":")[0] for line in lines] == ["features.0", "features.5", "features.7"]
     assert "wgrad_merged" in text and "G=32" in text
+
+
+def test_layer_plans_pose_the_problem_torch_computes():
+    model = nn.Sequential(nn.Conv2d(8, 8, 4, padding="same", groups=8), nn.Identity())
+    (name, chosen), = convwgrad.layer_plans(model, torch.randn(2, 8, 7, 7))
+    assert name == "0" and chosen.problem.padding == ((1, 2), (1, 2))
+    reflect = nn.Conv2d(8, 8, 3, padding=1, groups=8, padding_mode="reflect")
+    (_, chosen), = convwgrad.layer_plans(reflect, torch.randn(2, 8, 7, 7))
+    assert chosen.problem.input_size == (9, 9) and chosen.problem.padding == ((0, 0), (0, 0))

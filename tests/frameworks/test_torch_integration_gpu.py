@@ -15,6 +15,9 @@ from torch_models import STACKS, build
 pytestmark = pytest.mark.gpu
 
 BF16_TOL = 2e-2
+#: inductor fuses and reorders the bf16 norm/activation backward of the compiled model, so its
+#: other parameters' gradients drift further from stock eager than convwgrad's dW does
+COMPILED_TOL = 5e-2
 
 
 def one_step(model, x, target):
@@ -40,11 +43,11 @@ def convwgrad_layers(model, x):
         return [plan for _, plan in convwgrad.layer_plans(model, x) if plan.family != "aten"]
 
 
-def assert_grads_close(stock, patched):
+def assert_grads_close(stock, patched, tol=BF16_TOL):
     for (name, a), (_, b) in zip(stock.named_parameters(), patched.named_parameters()):
         assert b.grad.dtype == a.dtype
         err = relative_error(b.grad, a.grad.double())
-        assert err <= BF16_TOL, f"{name}: relative error {err:.2e}"
+        assert err <= tol, f"{name}: relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("name", sorted(STACKS))
@@ -75,7 +78,7 @@ def test_torch_compile_inductor_matches_stock(name):
     # compiled, every patched layer goes through the op, which picks its plan at run time
     assert len(log) == len(convwgrad.patched_modules(patched))
     assert len([r for r in log if r.family != "aten"]) == len(convwgrad_layers(patched, x))
-    assert_grads_close(stock, patched)
+    assert_grads_close(stock, patched, COMPILED_TOL)
 
 
 def test_gradient_accumulation_and_determinism_on_gpu():
