@@ -125,9 +125,18 @@ def _confirm_selection(args, problems):
 def cmd_score(args) -> int:
     import json as json_module
 
-    from .scoring import format_score, plot, read_results, score
+    from .scoring import format_score, plot, read_results, replan, score
 
-    scores = read_results(*args.results)
+    if args.replan:
+        if len(args.results) != 1:
+            raise SystemExit("--replan scores one sweep's results file")
+        scores, unmeasured = replan(args.results[0])
+        print(f"the current code's plan, looked up among the sweep's measured configs: {len(scores)} shapes; "
+              f"{len(unmeasured)} planned a config the sweep did not time (re-time them with "
+              f"`sweep --confirm-from {args.results[0]} --changed-only`){': ' if unmeasured else ''}"
+              f"{', '.join(unmeasured[:10])}{' ...' if len(unmeasured) > 10 else ''}", file=sys.stderr)
+    else:
+        scores = read_results(*args.results)
     summary = score(scores)
     print(json_module.dumps(summary, indent=1) if args.json else format_score(summary))
     if args.plot:
@@ -215,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="results CSVs written by `convwgrad sweep`; a shape in a later file replaces it in earlier ones")
     scorer.add_argument("--plot", metavar="PNG", help="write per-shape speedups, sorted, as a PNG")
     scorer.add_argument("--json", action="store_true")
+    scorer.add_argument("--replan", action="store_true",
+                        help="score the policy of the code as it is now (not the sweep's planned rows), from the "
+                             "configs the sweep measured; no GPU needed")
     scorer.add_argument("--tuning-cache", metavar="JSON",
                         help="write each shape's fastest verified config (first results file) as a tuning cache")
     scorer.set_defaults(func=cmd_score)

@@ -106,23 +106,55 @@ def read_results(*paths: str) -> list[ShapeScore]:
     scores = []
     for shape, rows in by_shape.items():
         passed = [r for r in rows if r["passed"] == "True" and r["time_ms"] not in ("", "None")]
+        if passed:
+            scores.append(_score_shape(shape, passed))
+    return scores
+
+
+def _score_shape(shape: str, passed: list[dict]) -> ShapeScore:
+    time = lambda r: float(r["time_ms"])  # noqa: E731
+    baseline = [time(r) for r in passed if r["family"] == "wgrad_splitk"]
+    torch_rows = [time(r) for r in passed if r["family"] == "aten"]
+    policy = [r for r in passed if r["planned"] == "True"]
+    oracle = min(passed, key=time)
+    return ShapeScore(
+        shape=shape,
+        baseline_ms=min(baseline) if baseline else None,
+        oracle_ms=time(oracle),
+        policy_ms=time(policy[0]) if policy else None,
+        torch_ms=min(torch_rows) if torch_rows else None,
+        oracle_config=oracle["kernel_name"],
+        policy_config=policy[0]["kernel_name"] if policy else "(planned config failed verification)",
+    )
+
+
+def replan(path: str, target=None) -> tuple[list[ShapeScore], list[str]]:
+    """Score the policy of the code as it is now against a sweep's rows, without a GPU: each
+    shape's current plan is looked up among the configs the sweep measured. Returns the
+    scores of the shapes whose plan was measured, and the names of those whose plan was not
+    (they need a ``sweep --confirm-from`` on the device)."""
+    from .provider.plan import plan
+    from .provider.problem import problem_from_dict
+    from .provider.spec import spec_from_dict
+    from .provider.target import PROFILES
+
+    by_shape: dict[str, list[dict]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            by_shape.setdefault(row["shape"], []).append(row)
+    scores, unmeasured = [], []
+    for shape, rows in by_shape.items():
+        passed = [r for r in rows if r["passed"] == "True" and r["time_ms"] not in ("", "None") and r["spec_json"]]
         if not passed:
             continue
-        time = lambda r: float(r["time_ms"])  # noqa: E731
-        baseline = [time(r) for r in passed if r["family"] == "wgrad_splitk"]
-        torch_rows = [time(r) for r in passed if r["family"] == "aten"]
-        policy = [r for r in passed if r["planned"] == "True"]
-        oracle = min(passed, key=time)
-        scores.append(ShapeScore(
-            shape=shape,
-            baseline_ms=min(baseline) if baseline else None,
-            oracle_ms=time(oracle),
-            policy_ms=time(policy[0]) if policy else None,
-            torch_ms=min(torch_rows) if torch_rows else None,
-            oracle_config=oracle["kernel_name"],
-            policy_config=policy[0]["kernel_name"] if policy else "(planned config failed verification)",
-        ))
-    return scores
+        chosen = plan(problem_from_dict(json.loads(passed[0]["problem_json"])), target or PROFILES[passed[0]["target"]])
+        policy = [r for r in passed if spec_from_dict(json.loads(r["spec_json"])) == chosen.spec]
+        if not policy:
+            unmeasured.append(shape)
+            continue
+        rows_as_planned = [{**r, "planned": str(r is policy[0])} for r in passed]
+        scores.append(_score_shape(shape, rows_as_planned))
+    return scores, unmeasured
 
 
 def _stats(values) -> dict:

@@ -4,7 +4,7 @@ import csv
 import math
 
 from convwgrad.cli import main
-from convwgrad.scoring import COLUMNS, read_results, score
+from convwgrad.scoring import COLUMNS, read_results, replan, score
 
 
 def write(path, rows):
@@ -82,6 +82,10 @@ def test_confirm_times_the_plan_beside_the_earlier_oracle_and_baselines(tmp_path
     assert main(["sweep", str(shapes), "-o", str(unchanged), "--confirm-from", str(first), "--changed-only",
                  *common]) == 0
     assert not unchanged.exists() or not list(csv.DictReader(open(unchanged)))
+    # --replan looks the current plan up among the measured rows: here, the planned row itself
+    replanned, unmeasured = replan(str(first))
+    assert unmeasured == [] and replanned[0].policy_ms == float(next(r["time_ms"] for r in swept if r["planned"] == "True"))
+    assert main(["score", str(first), "--replan"]) == 0
     # scoring several files: the later file's rows replace the shape's earlier ones
     (scored,) = read_results(str(first), str(second))
     assert scored.policy_ms == float(next(r["time_ms"] for r in rows if r["planned"] == "True"))

@@ -316,6 +316,14 @@ class ConvProblem:
         )
 
 
+def problem_from_dict(data: dict) -> ConvProblem:
+    """The ConvProblem that ``attrs.asdict(problem)`` wrote (results files), JSON lists back to tuples."""
+    def tuples(value):
+        return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+
+    return ConvProblem(**{key: tuples(value) for key, value in data.items()})
+
+
 def _compact(values) -> str:
     values = tuple(values)
     if len(set(values)) == 1 and not isinstance(values[0], tuple):

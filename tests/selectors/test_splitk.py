@@ -7,9 +7,11 @@ from convwgrad.provider import PROFILES, ConvProblem, KernelSpec, Tile, plan
 from convwgrad.selectors.splitk import (
     MAX_BLOCKS_PER_SPLIT,
     MIN_BLOCKS_PER_SPLIT,
+    SPLIT_LADDER,
     TARGET_WAVES,
     cap,
     choose_split_k,
+    on_ladder,
     snap,
     wanted,
     wave_programs,
@@ -55,10 +57,19 @@ def test_grouped_problem_with_one_tile_does_not_ask_for_hundreds_of_slices():
     t = PROFILES["sm_90"]
     p = ConvProblem.build(batch=32, groups=1024, in_channels=1024, input_size=(14, 14), filter_size=3, padding=1)
     assert choose_split_k(p, spec(), t, base_programs=1024) <= 4
-    # a long reduction splits only as far as MAX_BLOCKS_PER_SPLIT asks: tens, not hundreds
+    # a long reduction splits only as far as MAX_BLOCKS_PER_SPLIT asks, on the ladder: tens, not hundreds
     p = ConvProblem.build(batch=32, groups=1024, in_channels=1024, input_size=(56, 56), filter_size=3, padding=1)
     steps = -(-p.gemm_k // TILE.block_k)
-    assert choose_split_k(p, spec(), t, base_programs=1024) == -(-steps // MAX_BLOCKS_PER_SPLIT) < 64
+    assert -(-steps // MAX_BLOCKS_PER_SPLIT) == 49
+    assert choose_split_k(p, spec(), t, base_programs=1024) == max(SPLIT_LADDER) == 32
+
+
+def test_on_ladder_rounds_by_ratio_within_the_cap():
+    assert on_ladder(49, limit=1000) == 32
+    assert on_ladder(7, limit=1000) == 4 and on_ladder(9, limit=1000) == 16  # 8 is nearer 4 and 16 alike: ratio 2
+    assert on_ladder(2, limit=1000) in (1, 4) and on_ladder(3, limit=1000) == 4
+    assert on_ladder(16, limit=10) == 4  # 16 is over the cap
+    assert on_ladder(3, limit=3) == 1  # below the ladder's second step: no split rather than an illegal one
     assert choose_split_k(depthwise(4096, 56), spec(), PROFILES["sm_90"], 4096) == 1
 
 
@@ -97,7 +108,8 @@ def test_dense_problem_keeps_the_plain_formula():
                               filter_size=3, padding=1)
     base = 3
     steps = -(-dense.gemm_k // TILE.block_k)
-    expected = min(wanted(spec(), t, base, steps), cap(dense, spec(), t))
+    limit = cap(dense, spec(), t)
+    expected = on_ladder(min(wanted(spec(), t, base, steps), limit), limit)
     assert choose_split_k(dense, spec(), t, base) == expected
 
 
@@ -133,7 +145,15 @@ def test_routing_rules_fire_and_say_so():
     assert pinned.family == "wgrad_merged"
 
 
-@pytest.mark.parametrize("channels, expected", [(144, 16), (96, 16), (116, 4), (58, 2), (1024, 16), (40, 8)])
-def test_merge_degree_is_16_first_then_the_largest_the_gate_admits(channels, expected):
-    chosen = plan(depthwise(channels, 14), "gfx950", family="wgrad_merged")
+@pytest.mark.parametrize("channels, k, expected", [
+    (144, 3, 16),   # 32 would fill the tiles better, but does not divide 144
+    (96, 3, 32),    # 9 taps: 288 of 384 columns real at 32, 144 of 256 at 16
+    (96, 13, 16),   # 13x13: both fill > 0.95, so 16, the matrix unit's minimum M
+    (1024, 31, 16),
+    (116, 3, 4), (58, 3, 2), (40, 13, 8),
+])
+def test_merge_degree_prefers_16_and_32_where_it_fills_the_tiles(channels, k, expected):
+    problem = ConvProblem.build(batch=32, groups=channels, in_channels=channels, input_size=(14, 14),
+                                filter_size=k, padding=k // 2)
+    chosen = plan(problem, "gfx950", family="wgrad_merged")
     assert chosen.group_merge == expected

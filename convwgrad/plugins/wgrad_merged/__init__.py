@@ -12,7 +12,7 @@ from __future__ import annotations
 from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
 from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.spec import KernelSpec, Tile, pow2_at_least
+from convwgrad.provider.spec import KernelSpec, Tile, cdiv, pow2_at_least
 
 from . import launcher
 
@@ -25,6 +25,12 @@ PRIORITY = 20
 #: per degree): 16 first captured 0.966 of the best degree's speed on the corpus (82
 #: shapes) and 0.997 on the random grid (30), against 0.954 and 0.921 for 32 first.
 DEGREES = (16, 32, 8, 4, 2)
+#: ...except where 32 fills the merged-column tiles this much better than 16 (fractions of
+#: the padded N tiles that hold real columns): small filters, where 9 taps x 16 = 144
+#: columns leave a 128-wide second tile nearly empty and 288 fill 3 of them. Chosen on the
+#: same sweep (margins 0 to 0.2 tried): 32 was the best degree on 17 dilated 3x3-7x7
+#: UniRepLKNet layers, by up to 1.28x; no large filter moves (31x31: 0.993 vs 0.997).
+FILL_MARGIN_FOR_32 = 0.05
 VECTOR_BYTES = 16
 #: Merged columns (taps x Gm) per program: 128 holds a 3x3 filter at Gm = 8 or
 #: 4x4 taps at Gm = 8 in one tile with 16 fp32 accumulators a thread. Not yet swept.
@@ -38,7 +44,21 @@ MAX_BLOCK_K = 256
 
 
 def preferred_degrees(problem) -> list[int]:
+    if n_tile_fill(problem, 32) > n_tile_fill(problem, 16) + FILL_MARGIN_FOR_32:
+        return [32, *(gm for gm in DEGREES if gm != 32)]
     return list(DEGREES)
+
+
+def n_tile_fill(problem, group_merge: int) -> float:
+    """The fraction of the merged-column tiles (taps x Gm columns, block_n wide) that is real."""
+    columns = problem.gemm_n * group_merge
+    block_n = merged_block_n(problem, group_merge)
+    return columns / (cdiv(columns, block_n) * block_n)
+
+
+def merged_block_n(problem, group_merge: int) -> int:
+    widest = pow2_at_least(max(min(MAX_BLOCK_N, MAX_TAPS_PER_TILE * group_merge), group_merge), MIN_BLOCK)
+    return min(pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), widest)
 
 
 def block_k_choices(problem, block_m: int, target) -> tuple[int, ...]:
@@ -56,9 +76,7 @@ MAX_TAPS_PER_TILE = 32
 
 def tile_for(problem, group_merge: int, block_k: int, target) -> Tile:
     block_m = pow2_at_least(group_merge * problem.kpg, MIN_BLOCK)
-    widest = pow2_at_least(max(min(MAX_BLOCK_N, MAX_TAPS_PER_TILE * group_merge), group_merge), MIN_BLOCK)
-    block_n = min(pow2_at_least(problem.gemm_n * group_merge, MIN_BLOCK), widest)
-    return Tile(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=NUM_WARPS,
+    return Tile(block_m=block_m, block_n=merged_block_n(problem, group_merge), block_k=block_k, num_warps=NUM_WARPS,
                 num_stages=NUM_STAGES.get(target.backend, 1))
 
 
