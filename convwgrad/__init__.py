@@ -9,7 +9,17 @@
 """
 
 from . import aot, functional
-from .frameworks import disabled, explain_model, is_enabled, layer_plans, patch, patched_modules, set_enabled, unpatch
+from .frameworks import (
+    disabled,
+    explain_model,
+    intercept_functional,
+    is_enabled,
+    layer_plans,
+    patch,
+    patched_modules,
+    set_enabled,
+    unpatch,
+)
 from .provider import (
     ConvProblem,
     KernelSpec,
@@ -29,6 +39,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConvProblem", "KernelSpec", "Plan", "TargetInfo", "Tile", "aot", "conv1d_weight", "conv2d_weight",
-    "conv3d_weight", "disabled", "dispatch_conv_grouped", "explain", "explain_model", "functional", "is_enabled", "layer_plans",
+    "conv3d_weight", "disabled", "dispatch_conv_grouped", "explain", "explain_model", "functional", "intercept_functional", "is_enabled", "layer_plans",
     "patch", "patched_modules", "plan", "record_launches", "set_enabled", "unpatch",
 ]

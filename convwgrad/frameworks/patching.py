@@ -171,6 +171,31 @@ def _check_rank(input, rank):
         raise ValueError(f"conv{rank}d needs a {rank + 2}-D input, got shape {tuple(input.shape)}")
 
 
+_FUNCTIONAL = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+_CONV_ARGUMENTS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+
+
+class _FunctionalConvs(torch.overrides.TorchFunctionMode):
+    """Reroutes ``F.conv1d/2d/3d`` calls with groups > 1 through :func:`grouped_conv`."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FUNCTIONAL:
+            bound = {**dict(zip(_CONV_ARGUMENTS, args)), **kwargs}
+            if bound.get("groups", 1) > 1:
+                return grouped_conv(**bound)  # the mode is off inside its handler: no recursion
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def intercept_functional():
+    """Inside the block, every ``F.conv1d/2d/3d`` call with groups > 1 takes its weight gradient
+    from convwgrad: for code that calls the functional form itself (a ``Conv2dSame``-style
+    subclass, a custom block), which :func:`patch` leaves alone. Eager mode only."""
+    with _FunctionalConvs():
+        yield
+
+
 class _PatchedConv:
     """Mixin of the patched classes: the module's own padding mode, then :func:`grouped_conv`."""
 

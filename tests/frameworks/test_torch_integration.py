@@ -267,3 +267,26 @@ def test_layer_plans_pose_the_problem_torch_computes():
     reflect = nn.Conv2d(8, 8, 3, padding=1, groups=8, padding_mode="reflect")
     (_, chosen), = convwgrad.layer_plans(reflect, torch.randn(2, 8, 7, 7))
     assert chosen.problem.input_size == (9, 9) and chosen.problem.padding == ((0, 0), (0, 0))
+
+
+class SameConv2d(nn.Conv2d):
+    """Like timm's Conv2dSame: a subclass that pads and calls F.conv2d itself, which patch() skips."""
+
+    def forward(self, x):
+        return F.conv2d(F.pad(x, (1, 2, 1, 2)), self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+
+def test_intercept_functional_reroutes_direct_f_conv_calls():
+    torch.manual_seed(14)
+    stock = nn.Sequential(SameConv2d(8, 8, 4, groups=8), nn.Conv2d(8, 4, 1))
+    ours = copy.deepcopy(stock)
+    assert convwgrad.patched_modules(convwgrad.patch(ours)) == []  # a subclass: left alone
+    x = torch.randn(2, 8, 7, 7)
+    stock(x).square().sum().backward()
+    with convwgrad.intercept_functional(), convwgrad.record_launches() as log:
+        ours(x).square().sum().backward()
+    assert len(log) == 1 and log[0].family in TRITON_FAMILIES  # the grouped call only; groups = 1 stays torch's
+    assert_grads_close(stock, ours, 1e-5)
+    with convwgrad.record_launches() as log:  # outside the block: torch's own again
+        ours(x).sum().backward()
+    assert log == []
