@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from convwgrad.provider.layout import layout_of
-from convwgrad.provider.manager import get_plugin_manager
 from convwgrad.provider.plan import plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
@@ -96,9 +95,30 @@ def _autocast(input, weight, bias):
     return cast(input), cast(weight), cast(bias)
 
 
-#: Routing decisions kept by layer signature, so a training step pays one dict lookup a layer.
-ROUTE_CACHE_SIZE = 4096
-_routes: dict = {}
+#: Problems kept by layer signature, so a training step skips their validation (about 20 us);
+#: plan() itself is cached and sees plugin and tuning-cache changes.
+PROBLEM_CACHE_SIZE = 4096
+_problems: dict = {}
+_NOT_A_PROBLEM = object()
+
+
+def _layer_problem(input, weight, stride, padding, dilation, groups):
+    key = (tuple(input.shape), input.stride(), input.dtype, input.device, tuple(weight.shape), tuple(stride),
+           tuple(padding), tuple(dilation), groups)
+    problem = _problems.get(key)
+    if problem is None:
+        try:
+            problem = ConvProblem.build(
+                batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
+                input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
+                padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
+            )
+        except ValueError:
+            problem = _NOT_A_PROBLEM
+        if len(_problems) >= PROBLEM_CACHE_SIZE:
+            _problems.clear()
+        _problems[key] = problem
+    return problem
 
 
 def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
@@ -107,28 +127,10 @@ def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
     the op is always used and decides inside the graph (plan() is not traced)."""
     if torch.compiler.is_compiling():
         return False
-    key = (get_plugin_manager(), tuple(input.shape), input.stride(), input.dtype, input.device,
-           tuple(weight.shape), tuple(stride), tuple(padding), tuple(dilation), groups)
-    routed = _routes.get(key)
-    if routed is None:
-        try:
-            problem = ConvProblem.build(
-                batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
-                input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
-                padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
-            )
-        except ValueError:
-            return True  # not a problem convwgrad poses: torch's own call (and its own error, if any)
-        routed = plan(problem, current_target(input.device)).family == "aten"
-        if len(_routes) >= ROUTE_CACHE_SIZE:
-            _routes.clear()
-        _routes[key] = routed
-    return routed
-
-
-def clear_route_cache() -> None:
-    """Forget routing decisions (after changing plugins or the tuning cache)."""
-    _routes.clear()
+    problem = _layer_problem(input, weight, stride, padding, dilation, groups)
+    if problem is _NOT_A_PROBLEM:
+        return True  # not a problem convwgrad poses: torch's own call (and its own error, if any)
+    return plan(problem, current_target(input.device)).family == "aten"
 
 
 def grouped_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -171,7 +173,7 @@ def _check_rank(input, rank):
         raise ValueError(f"conv{rank}d needs a {rank + 2}-D input, got shape {tuple(input.shape)}")
 
 
-_FUNCTIONAL = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+_FUNCTIONAL = frozenset((F.conv1d, F.conv2d, F.conv3d))
 _CONV_ARGUMENTS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
