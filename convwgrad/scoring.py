@@ -54,23 +54,39 @@ def write_results(results, path: str, *, append: bool = False) -> int:
     return rows
 
 
+def _timed(row: dict) -> bool:
+    """Verified and timed: the only rows that may set a best or enter a ratio."""
+    return row["passed"] == "True" and row["time_ms"] not in ("", "None")
+
+
+def _timed_with_spec(row: dict) -> bool:
+    return _timed(row) and bool(row.get("spec_json"))
+
+
+def _time(row: dict) -> float:
+    return float(row["time_ms"])
+
+
+def _rows_by_shape(path: str, keep=lambda row: True) -> dict[str, list[dict]]:
+    by_shape: dict[str, list[dict]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if keep(row):
+                by_shape.setdefault(row["shape"], []).append(row)
+    return by_shape
+
+
 def reference_specs(path: str) -> dict[str, list[dict]]:
     """Per shape, the spec dicts of the configs a policy is judged against: the oracle (fastest
     verified), the best Gm = 1 config and torch's. ``sweep --confirm-from`` re-times these side by
     side with a revised policy's choice, so a new policy is scored by measurement, not estimate."""
-    by_shape: dict[str, list[dict]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["passed"] == "True" and row["time_ms"] not in ("", "None") and row.get("spec_json"):
-                by_shape.setdefault(row["shape"], []).append(row)
     chosen = {}
-    for shape, rows in by_shape.items():
-        time = lambda r: float(r["time_ms"])  # noqa: E731
-        picks = [min(rows, key=time)]
+    for shape, rows in _rows_by_shape(path, keep=_timed_with_spec).items():
+        picks = [min(rows, key=_time)]
         for family in ("wgrad_splitk", "aten"):
             of_family = [r for r in rows if r["family"] == family]
             if of_family:
-                picks.append(min(of_family, key=time))
+                picks.append(min(of_family, key=_time))
         chosen[shape] = [json.loads(r["spec_json"]) for r in picks]
     return chosen
 
@@ -98,30 +114,25 @@ def read_results(*paths: str) -> list[ShapeScore]:
     (a ``sweep --confirm-from`` file over the sweep it re-timed)."""
     by_shape: dict[str, list[dict]] = {}
     for path in paths:
-        fresh: dict[str, list[dict]] = {}
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                fresh.setdefault(row["shape"], []).append(row)
-        by_shape.update(fresh)
+        by_shape.update(_rows_by_shape(path))
     scores = []
     for shape, rows in by_shape.items():
-        passed = [r for r in rows if r["passed"] == "True" and r["time_ms"] not in ("", "None")]
+        passed = [r for r in rows if _timed(r)]
         if passed:
             scores.append(_score_shape(shape, passed))
     return scores
 
 
 def _score_shape(shape: str, passed: list[dict]) -> ShapeScore:
-    time = lambda r: float(r["time_ms"])  # noqa: E731
-    baseline = [time(r) for r in passed if r["family"] == "wgrad_splitk"]
-    torch_rows = [time(r) for r in passed if r["family"] == "aten"]
+    baseline = [_time(r) for r in passed if r["family"] == "wgrad_splitk"]
+    torch_rows = [_time(r) for r in passed if r["family"] == "aten"]
     policy = [r for r in passed if r["planned"] == "True"]
-    oracle = min(passed, key=time)
+    oracle = min(passed, key=_time)
     return ShapeScore(
         shape=shape,
         baseline_ms=min(baseline) if baseline else None,
-        oracle_ms=time(oracle),
-        policy_ms=time(policy[0]) if policy else None,
+        oracle_ms=_time(oracle),
+        policy_ms=_time(policy[0]) if policy else None,
         torch_ms=min(torch_rows) if torch_rows else None,
         oracle_config=oracle["kernel_name"],
         policy_config=policy[0]["kernel_name"] if policy else "(planned config failed verification)",
@@ -138,15 +149,8 @@ def replan(path: str, target=None) -> tuple[list[ShapeScore], list[str]]:
     from .provider.spec import spec_from_dict
     from .provider.target import PROFILES
 
-    by_shape: dict[str, list[dict]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            by_shape.setdefault(row["shape"], []).append(row)
     scores, unmeasured = [], []
-    for shape, rows in by_shape.items():
-        passed = [r for r in rows if r["passed"] == "True" and r["time_ms"] not in ("", "None") and r["spec_json"]]
-        if not passed:
-            continue
+    for shape, passed in _rows_by_shape(path, keep=_timed_with_spec).items():
         chosen = plan(problem_from_dict(json.loads(passed[0]["problem_json"])), target or PROFILES[passed[0]["target"]])
         policy = [r for r in passed if spec_from_dict(json.loads(r["spec_json"])) == chosen.spec]
         if not policy:

@@ -68,3 +68,19 @@ def small_tile(problem: ConvProblem, block_k: int = 16) -> Tile:
     """A 16-step tile so tiny interpreter shapes still have several K steps to split."""
     fit = lambda extent: min(64, pow2_at_least(extent, 16))  # noqa: E731
     return Tile(block_m=fit(problem.gemm_m), block_n=fit(problem.gemm_n), block_k=block_k)
+
+
+#: Realistic layers the GPU suites check (depthwise, grouped, channel multiplier; 1-D to 3-D).
+GPU_LAYERS = {
+    "mobilenetv2-144x56": dict(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, padding=1),
+    "mobilenetv2-s2": dict(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, stride=2, padding=1),
+    "efficientnet-k5": dict(batch=32, groups=240, in_channels=240, input_size=(28, 28), filter_size=5, padding=2),
+    "convnext-k7": dict(batch=32, groups=96, in_channels=96, input_size=(56, 56), filter_size=7, padding=3),
+    "replknet-k31": dict(batch=8, groups=128, in_channels=128, input_size=(28, 28), filter_size=31, padding=15),
+    "dilated-asym": dict(batch=16, groups=64, in_channels=64, input_size=(33, 31), filter_size=3, dilation=2, padding=((1, 3), (2, 2))),
+    "resnext-cpg4": dict(batch=32, groups=32, in_channels=128, input_size=(28, 28), filter_size=3, padding=1),
+    "multiplier-kpg2": dict(batch=16, groups=96, in_channels=96, out_channels=192, input_size=(28, 28), filter_size=3, padding=1),
+    "conformer-1d-k31": dict(batch=32, groups=256, in_channels=256, input_size=(512,), filter_size=31, padding=15),
+    "mamba-1d-k4": dict(batch=16, groups=512, in_channels=512, input_size=(1024,), filter_size=4, padding=((3, 0),)),
+    "x3d-3d": dict(batch=8, groups=96, in_channels=96, input_size=(8, 28, 28), filter_size=3, padding=1),
+}

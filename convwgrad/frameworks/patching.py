@@ -150,27 +150,18 @@ def grouped_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, grou
     return _conv_op(input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """Drop-in for ``F.conv1d``: dW from convwgrad when groups > 1."""
-    _check_rank(input, 1)
-    return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
+def _drop_in(rank: int):
+    def conv_nd(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        if input.dim() != rank + 2:
+            raise ValueError(f"conv{rank}d needs a {rank + 2}-D input, got shape {tuple(input.shape)}")
+        return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
+
+    conv_nd.__name__ = f"conv{rank}d"
+    conv_nd.__doc__ = f"Drop-in for ``F.conv{rank}d``: dW from convwgrad when groups > 1."
+    return conv_nd
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """Drop-in for ``F.conv2d``: dW from convwgrad when groups > 1."""
-    _check_rank(input, 2)
-    return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
-
-
-def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """Drop-in for ``F.conv3d``: dW from convwgrad when groups > 1."""
-    _check_rank(input, 3)
-    return grouped_conv(input, weight, bias, stride, padding, dilation, groups)
-
-
-def _check_rank(input, rank):
-    if input.dim() != rank + 2:
-        raise ValueError(f"conv{rank}d needs a {rank + 2}-D input, got shape {tuple(input.shape)}")
+conv1d, conv2d, conv3d = _drop_in(1), _drop_in(2), _drop_in(3)
 
 
 _FUNCTIONAL = frozenset((F.conv1d, F.conv2d, F.conv3d))

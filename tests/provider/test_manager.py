@@ -262,13 +262,18 @@ def test_toy_pin_refusal_names_reason(toy_pm):
         plan(_problem(groups=2), "sm_90", family="toy")
 
 
-def test_toy_dispatch_on_cpu(toy_pm, monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    problem = _problem(groups=3)
+def _dispatch_on_cpu(problem):
     x = torch.randn(problem.input_shape)
     dy = torch.randn(problem.grad_output_shape)
     with record_launches() as log:
         out = dispatch_conv_grouped(problem, x, dy)
+    return x, dy, out, log
+
+
+def test_toy_dispatch_on_cpu(toy_pm, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    problem = _problem(groups=3)
+    _, _, out, log = _dispatch_on_cpu(problem)
     assert out.shape == problem.weight_size and out.dtype == torch.float32
     assert torch.equal(out, torch.full(problem.weight_size, TOY_FILL))
     assert [(r.kernel_name, r.family, r.kernels) for r in log] == [("toy_fp32_spk1_1stage", "toy", ("toy_kernel",))]
@@ -277,10 +282,7 @@ def test_toy_dispatch_on_cpu(toy_pm, monkeypatch):
 def test_non_toy_problem_dispatches_to_aten_on_cpu(toy_pm, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     problem = _problem(groups=2)
-    x = torch.randn(problem.input_shape)
-    dy = torch.randn(problem.grad_output_shape)
-    with record_launches() as log:
-        out = dispatch_conv_grouped(problem, x, dy)
+    x, dy, out, log = _dispatch_on_cpu(problem)
     expected = torch.nn.grad.conv2d_weight(x, problem.weight_size, dy, padding=1, groups=2)
     torch.testing.assert_close(out, expected)
     assert [(r.family, r.kernels) for r in log] == [("aten", ("aten.convolution_backward",))]

@@ -4,19 +4,20 @@ import pytest
 
 from convwgrad.bench import make_inputs
 from convwgrad.provider import ConvProblem
-from support import assert_close_to_reference, run_checked
+from support import GPU_LAYERS, assert_close_to_reference, run_checked
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 
-LAYERS = {
-    "mobilenetv2-144x56": dict(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, padding=1),
-    "mobilenetv2-s2": dict(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, stride=2, padding=1),
-    "convnext-k7": dict(batch=32, groups=96, in_channels=96, input_size=(56, 56), filter_size=7, padding=3),
-    "replknet-k31": dict(batch=8, groups=128, in_channels=128, input_size=(28, 28), filter_size=31, padding=15),
-    "dilated-asym": dict(batch=16, groups=64, in_channels=64, input_size=(33, 31), filter_size=3, dilation=2, padding=((1, 3), (2, 2))),
-    "conformer-1d-k31": dict(batch=32, groups=256, in_channels=256, input_size=(512,), filter_size=31, padding=15),
-    "x3d-3d": dict(batch=8, groups=96, in_channels=96, input_size=(8, 28, 28), filter_size=3, padding=1),
-}
+#: the depthwise layers of the shared table (the merged family's domain)
+LAYERS = {name: GPU_LAYERS[name] for name in (
+    "mobilenetv2-144x56",
+    "mobilenetv2-s2",
+    "convnext-k7",
+    "replknet-k31",
+    "dilated-asym",
+    "conformer-1d-k31",
+    "x3d-3d",
+)}
 
 
 @pytest.mark.parametrize("split_k", [1, 8])
