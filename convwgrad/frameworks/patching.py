@@ -11,44 +11,18 @@ gradient accumulation and ``torch.compile`` behave as with the stock module.
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convwgrad.provider.dispatch import cached_for_planning, disabled, is_enabled, set_enabled  # noqa: F401
 from convwgrad.provider.layout import layout_of
 from convwgrad.provider.plan import plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
 from .torch_ops import conv as _conv_op
-
-_state = threading.local()
-#: CONVWGRAD_DISABLE=1 in the environment starts every thread with convwgrad off.
-_DEFAULT_ENABLED = os.environ.get("CONVWGRAD_DISABLE", "") in ("", "0")
-
-
-def is_enabled() -> bool:
-    return getattr(_state, "enabled", _DEFAULT_ENABLED)
-
-
-def set_enabled(enabled: bool) -> None:
-    """Switch convwgrad on or off for this thread (patched layers then run torch's own path)."""
-    _state.enabled = bool(enabled)
-
-
-@contextlib.contextmanager
-def disabled():
-    """Run the block with convwgrad off: every patched layer and :func:`grouped_conv` call is stock torch."""
-    previous = is_enabled()
-    set_enabled(False)
-    try:
-        yield
-    finally:
-        set_enabled(previous)
-
 
 _STOCK = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -95,42 +69,37 @@ def _autocast(input, weight, bias):
     return cast(input), cast(weight), cast(bias)
 
 
-#: Problems kept by layer signature, so a training step skips their validation (about 20 us);
-#: plan() itself is cached and sees plugin and tuning-cache changes.
-PROBLEM_CACHE_SIZE = 4096
-_problems: dict = {}
 _NOT_A_PROBLEM = object()
 
 
 def _layer_problem(input, weight, stride, padding, dilation, groups):
-    key = (tuple(input.shape), input.stride(), input.dtype, input.device, tuple(weight.shape), tuple(stride),
-           tuple(padding), tuple(dilation), groups)
-    problem = _problems.get(key)
-    if problem is None:
-        try:
-            problem = ConvProblem.build(
-                batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
-                input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
-                padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
-            )
-        except ValueError:
-            problem = _NOT_A_PROBLEM
-        if len(_problems) >= PROBLEM_CACHE_SIZE:
-            _problems.clear()
-        _problems[key] = problem
-    return problem
+    try:
+        return ConvProblem.build(
+            batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
+            input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
+            padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
+        )
+    except ValueError:
+        return _NOT_A_PROBLEM
 
 
-def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
-    """Whether ``plan()`` gives this layer's dW to torch's own kernel (the aten family): the
-    layer then runs stock torch, with none of the custom op's cost. Under ``torch.compile``
-    the op is always used and decides inside the graph (plan() is not traced)."""
-    if torch.compiler.is_compiling():
-        return False
+def _routed_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
     problem = _layer_problem(input, weight, stride, padding, dilation, groups)
     if problem is _NOT_A_PROBLEM:
         return True  # not a problem convwgrad poses: torch's own call (and its own error, if any)
     return plan(problem, current_target(input.device)).family == "aten"
+
+
+def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
+    """Whether ``plan()`` gives this layer's dW to torch's own kernel (the aten family): the
+    layer then runs stock torch, with none of the custom op's cost. Kept per layer signature
+    until anything plan() reads changes. Under ``torch.compile`` the op is always used and
+    decides inside the graph (plan() is not traced)."""
+    if torch.compiler.is_compiling():
+        return False
+    key = ("routes_to_torch", input.shape, input.stride(), input.dtype, input.device, weight.shape,
+           tuple(stride), tuple(padding), tuple(dilation), groups)
+    return cached_for_planning(key, lambda: _routed_to_torch(input, weight, stride, padding, dilation, groups))
 
 
 def grouped_conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

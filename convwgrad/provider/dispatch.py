@@ -1,19 +1,59 @@
-"""Running a plan: checks, allocation of dW and workspace, the launch hook."""
+"""Running a plan: checks, allocation of dW and workspace, the bound launch.
+
+The warm path. A training step asks for the same layers' dW every step, so everything
+that depends only on a call's metadata (the problem, the plan, the tensor checks, the
+kernel arguments) is done once per call signature and kept as a prepared call; a repeat
+costs a dict lookup, the allocation of dW and the launches. A call signature is the
+tensors' shapes, strides, dtypes and devices and the exact arguments (``2`` and ``2.0``
+are different signatures: only exact ints are kept, anything else is validated on every
+call). A call that fails validation is never kept, so it raises every time. Prepared calls
+are dropped when anything that plan() reads changes (plugins, TF32 switch, tuning cache,
+``clear_plan_cache()``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 import attrs
 import torch
+import torch.nn.functional as F
 
 from .manager import get_plugin_manager
-from .plan import Plan, plan as make_plan
+from .plan import PLANNING_ENVIRONMENT, Plan, plan as make_plan, planning_epoch
 from .problem import ConvProblem, dtype_name
 from .target import current_target
 
+# ----------------------------------------------------------------- on / off
+_state = threading.local()
+#: CONVWGRAD_DISABLE=1 in the environment starts every thread with convwgrad off.
+_DEFAULT_ENABLED = os.environ.get("CONVWGRAD_DISABLE", "") in ("", "0")
 
+
+def is_enabled() -> bool:
+    return getattr(_state, "enabled", _DEFAULT_ENABLED)
+
+
+def set_enabled(enabled: bool) -> None:
+    """Switch convwgrad on or off for this thread: off, every dW it is asked for (patched
+    layers, the functional drop-ins, ``conv*d_weight``, the custom op) is torch's own."""
+    _state.enabled = bool(enabled)
+
+
+@contextlib.contextmanager
+def disabled():
+    """Run the block with convwgrad off (see :func:`set_enabled`); for debugging."""
+    previous = is_enabled()
+    set_enabled(False)
+    try:
+        yield
+    finally:
+        set_enabled(previous)
+
+
+# ----------------------------------------------------------------- records
 @attrs.frozen
 class LaunchRecord:
     kernel_name: str  # the spec's name
@@ -29,17 +69,156 @@ _recorders_lock = threading.Lock()
 
 @contextlib.contextmanager
 def record_launches():
-    """Collect a :class:`LaunchRecord` for every dispatch, on any thread, while the block runs."""
+    """Collect a :class:`LaunchRecord` for every dispatch, on any thread, while the block runs.
+    Blocks may nest and overlap across threads: each log gets every launch of its own lifetime."""
     log: list[LaunchRecord] = []
     with _recorders_lock:
         _recorders.append(log)
     try:
         yield log
     finally:
-        with _recorders_lock:
-            _recorders.remove(log)
+        with _recorders_lock:  # by identity: two logs holding equal records are still two logs
+            del _recorders[next(i for i, open_log in enumerate(_recorders) if open_log is log)]
 
 
+def _record(kernel_name: str, family: str, kernels) -> None:
+    record = LaunchRecord(kernel_name, family, tuple(kernels))
+    with _recorders_lock:
+        for log in _recorders:
+            log.append(record)
+
+
+# ----------------------------------------------------------------- prepared calls
+#: The Triton interpreter keeps global state while it runs a kernel: two threads
+#: interpreting at once corrupt each other (seen with a bare Triton kernel under 8 threads).
+_INTERPRETER_LOCK = threading.Lock()
+
+
+class _PreparedCall:
+    """One call signature's bound launch: run it, allocate what it needs, record it."""
+
+    __slots__ = ("run", "kernels", "kernel_name", "family", "workspace_nbytes", "device", "serialise", "adapt")
+
+    def __init__(self, run, kernels, kernel_name, family, workspace_nbytes=0, device=None, serialise=False,
+                 adapt=None):
+        self.run = run  # (input, grad_output, out, workspace) -> dW
+        self.kernels = kernels  # a tuple, or a list the run updates
+        self.kernel_name = kernel_name
+        self.family = family
+        self.workspace_nbytes = workspace_nbytes
+        self.device = device
+        self.serialise = serialise
+        self.adapt = adapt  # (input, grad_output) -> the pair the launch was bound to, or None
+
+    def __call__(self, input, grad_output, out=None, workspace=None):
+        if self.adapt is not None:
+            input, grad_output = self.adapt(input, grad_output)
+        if self.workspace_nbytes and workspace is None:
+            workspace = torch.empty(self.workspace_nbytes, dtype=torch.uint8, device=self.device)
+        if self.serialise:
+            with _INTERPRETER_LOCK:
+                dw = self.run(input, grad_output, out, workspace)
+        else:
+            dw = self.run(input, grad_output, out, workspace)
+        if _recorders:
+            _record(self.kernel_name, self.family, self.kernels)
+        return dw
+
+
+def _launch_hook_binding(pm, problem: ConvProblem, plan: Plan):
+    """For a family that binds nothing: call its launch hook on every run."""
+    kernels: list[str] = []
+
+    def run(input, grad_output, out, workspace):
+        if out is None:
+            out = torch.empty(problem.weight_size, dtype=input.dtype, device=input.device)
+        launched = pm.hook.convwgrad_launch(problem=problem, spec=plan.spec, target=plan.target, input=input,
+                                            grad_output=grad_output, out=out, workspace=workspace)
+        if launched is None:
+            raise RuntimeError(f"no plugin launched family {plan.family!r} (is its plugin registered?)")
+        kernels[:] = launched
+        return out
+
+    return run, kernels
+
+
+def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None) -> _PreparedCall:
+    pm = get_plugin_manager()
+    bound = pm.hook.convwgrad_prepare_launch(problem=problem, spec=plan.spec, target=plan.target, input=input,
+                                             grad_output=grad_output, out=out)
+    if bound is None:
+        run, kernels = _launch_hook_binding(pm, problem, plan)
+    else:
+        run, kernels = bound.run, tuple(bound.kernels)
+    return _PreparedCall(run, kernels, plan.kernel_name, plan.family, plan.workspace_nbytes, input.device,
+                         serialise=plan.target.backend == "interpreter", adapt=adapt)
+
+
+def _planning_context() -> tuple:
+    """What plan() reads besides the problem: when it changes, prepared calls plan afresh."""
+    pm = get_plugin_manager()
+    return (pm, frozenset(pm.get_plugins()), torch.backends.cudnn.allow_tf32, planning_epoch(),
+            *map(os.environ.get, PLANNING_ENVIRONMENT))
+
+
+#: Prepared calls kept; past this many signatures the table starts again (a model has tens of layers).
+PREPARED_CALLS_SIZE = 4096
+
+
+class _PreparedCalls:
+    """Values kept by call signature while the planning context stays the same."""
+
+    def __init__(self):
+        self._calls: dict = {}
+        self._context = None
+
+    def get(self, key):
+        context = _planning_context()
+        if context != self._context:
+            self._calls = {}
+            self._context = context
+        return self._calls.get(key)
+
+    def keep(self, key, value) -> None:
+        if len(self._calls) >= PREPARED_CALLS_SIZE:
+            self._calls = {}
+        self._calls[key] = value
+
+
+#: prepared calls; also what the framework layer keeps per layer signature (keys tagged by their user)
+_prepared = _PreparedCalls()
+
+
+def cached_for_planning(key, compute):
+    """``compute()`` kept under ``key`` (a hashable tuple whose first item names the caller)
+    until the planning context changes; for facts derived from plan(), such as a layer's route."""
+    value = _prepared.get(key)
+    if value is None:
+        value = compute()
+        _prepared.keep(key, value)
+    return value
+
+
+def clear_prepared_calls() -> None:
+    """Forget every prepared call (tests; plan()'s own cache is :func:`clear_plan_cache`)."""
+    _prepared._calls = {}
+
+
+def _exact_ints(value):
+    """``value`` as a hashable key if it is an int or a (nested) sequence of exact ints, else None."""
+    if type(value) is int:
+        return value
+    if type(value) in (tuple, list, torch.Size):
+        items = tuple(_exact_ints(v) for v in value)
+        return None if None in items else items
+    return None
+
+
+def _tensor_key(tensor):
+    return tensor.shape, tensor.stride(), tensor.dtype, tensor.device
+
+
+# ----------------------------------------------------------------- checks
 def _check_tensor(name, tensor, shape, dtype, device):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
@@ -51,6 +230,29 @@ def _check_tensor(name, tensor, shape, dtype, device):
         raise ValueError(f"{name} is on {tensor.device}, the other tensors on {device}")
 
 
+def _check_no_self_overlap(name: str, tensor: torch.Tensor) -> None:
+    """Refuse a tensor two of whose elements share memory (``expand``, zero or interleaved strides):
+    a kernel writing it would race with itself and leave a wrong result."""
+    dims = sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1)
+    extent = 1
+    for stride, size in dims:
+        if stride < extent:
+            raise ValueError(f"{name} has overlapping memory (shape {tuple(tensor.shape)}, strides "
+                             f"{tensor.stride()}): dW needs one element per address; pass a fresh tensor")
+        extent = stride * size
+
+
+def _check_workspace(workspace, nbytes: int, device) -> None:
+    if workspace.dtype != torch.uint8 or workspace.numel() < nbytes or not workspace.is_contiguous():
+        raise ValueError(
+            f"workspace must be a contiguous uint8 tensor of >= {nbytes} bytes, "
+            f"got {workspace.dtype} with {workspace.numel()} elements"
+        )
+    if workspace.device != device:
+        raise ValueError(f"workspace is on {workspace.device}, the tensors on {device}")
+
+
+# ----------------------------------------------------------------- the problem-level API
 def dispatch_conv_grouped(
     problem: ConvProblem,
     input: torch.Tensor,
@@ -60,105 +262,149 @@ def dispatch_conv_grouped(
     out: torch.Tensor | None = None,
     workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Compute dW of ``problem`` from ``input`` and ``grad_output``; return ``out``.
+    """Compute dW of ``problem`` from ``input`` and ``grad_output``; return it.
 
     ``plan`` defaults to :func:`convwgrad.plan` for the tensors' device.
-    ``out`` (shape ``problem.weight_size``, the problem's dtype) is written in
-    place when given. ``workspace`` (uint8, at least ``plan.workspace_nbytes``)
-    is allocated when not given.
+    ``out`` (shape ``problem.weight_size``, the problem's dtype, no overlapping memory)
+    is written in place and returned when given; otherwise dW is a new contiguous tensor.
+    ``workspace`` (uint8, at least ``plan.workspace_nbytes``) is allocated when not given.
     """
+    try:
+        key = (problem, plan, _tensor_key(input), _tensor_key(grad_output),
+               None if out is None else _tensor_key(out))
+        prepared = _prepared.get(key)
+    except (AttributeError, TypeError):  # not tensors, or not hashable: the checks below say which
+        key = prepared = None
+    if prepared is None:
+        prepared = _prepare_dispatch(problem, input, grad_output, plan, out)
+        if key is not None:
+            _prepared.keep(key, prepared)
+    if workspace is not None:
+        if prepared.workspace_nbytes:
+            _check_workspace(workspace, prepared.workspace_nbytes, input.device)
+        else:
+            workspace = None
+    return prepared(input, grad_output, out, workspace)
+
+
+def _prepare_dispatch(problem, input, grad_output, plan, out) -> _PreparedCall:
     _check_tensor("input", input, problem.input_shape, problem.dtype, None)
     _check_tensor("grad_output", grad_output, problem.grad_output_shape, problem.dtype, input.device)
-    target = current_target(input.device)
+    if out is not None:
+        _check_tensor("out", out, problem.weight_size, problem.dtype, input.device)
+        _check_no_self_overlap("out", out)
     if plan is None:
-        plan = make_plan(problem, target)
+        plan = make_plan(problem, current_target(input.device))
     elif plan.problem != problem:
         raise ValueError(f"plan is for {plan.problem.describe()}, not {problem.describe()}")
-    if out is None:
-        out = torch.empty(problem.weight_size, dtype=input.dtype, device=input.device)
-    else:
-        _check_tensor("out", out, problem.weight_size, problem.dtype, input.device)
-    if plan.workspace_nbytes:
-        if workspace is None:
-            workspace = torch.empty(plan.workspace_nbytes, dtype=torch.uint8, device=input.device)
-        elif workspace.dtype != torch.uint8 or workspace.numel() < plan.workspace_nbytes or not workspace.is_contiguous():
-            raise ValueError(
-                f"workspace must be a contiguous uint8 tensor of >= {plan.workspace_nbytes} bytes, "
-                f"got {workspace.dtype} with {workspace.numel()} elements"
-            )
-        elif workspace.device != input.device:
-            raise ValueError(f"workspace is on {workspace.device}, the tensors on {input.device}")
-    else:
-        workspace = None
-    launched = get_plugin_manager().hook.convwgrad_launch(
-        problem=problem,
-        spec=plan.spec,
-        target=plan.target,
-        input=input,
-        grad_output=grad_output,
-        out=out,
-        workspace=workspace,
-    )
-    if launched is None:
-        raise RuntimeError(f"no plugin launched family {plan.family!r} (is its plugin registered?)")
-    if _recorders:
-        record = LaunchRecord(plan.kernel_name, plan.family, tuple(launched))
-        with _recorders_lock:
-            for log in _recorders:
-                log.append(record)
-    return out
+    return _bind(problem, plan, input, grad_output, out)
 
 
-def _freeze(value):
-    """A hashable copy of an int / sequence / nested-sequence argument."""
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
+# ----------------------------------------------------------------- the torch-like API
+#: dtypes convwgrad's kernels do not compute; torch does, so conv*d_weight hands them to it.
+TORCH_ONLY_DTYPES = (torch.float64,)
 
 
-#: Problems kept by tensor metadata, so a training step's repeated calls skip the
-#: validation (about 20 us of attrs checks); a bad call is never cached, so it raises every time.
-PROBLEM_CACHE_SIZE = 4096
-_problems: dict = {}
+def torch_weight_grad(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+    """torch's own dW (``aten.convolution_backward``, as ``torch.nn.grad.conv*d_weight`` calls it),
+    with convwgrad's padding conventions (ints, or (before, after) pairs per dim). Differentiable
+    where torch's is."""
+    rank = input.dim() - 2
+    per_dim = lambda v: [v] * rank if isinstance(v, int) else list(v)  # noqa: E731
+    padding = per_dim(padding)
+    if any(not isinstance(p, int) for p in padding):
+        pairs = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
+        if any(lo != hi for lo, hi in pairs):
+            input = F.pad(input, [v for pair in reversed(pairs) for v in pair])
+            padding = [0] * rank
+        else:
+            padding = [lo for lo, _ in pairs]
+    weight = grad_output.new_empty(1).expand(tuple(weight_size))
+    return torch.ops.aten.convolution_backward(
+        grad_output, input, weight, None, per_dim(stride), padding, per_dim(dilation), False, [0] * rank,
+        groups, [False, True, False],
+    )[1]
 
 
-def problem_of(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1) -> ConvProblem:
-    """``ConvProblem.from_tensors`` memoized on the tensors' shapes, strides, dtypes and devices."""
+def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
+                match_layouts: bool = False):
+    """dW like ``torch.nn.grad.conv*d_weight``; the prepared-call fast path.
+
+    ``match_layouts`` copies ``grad_output`` (and an input in neither layout) into the
+    input's layout first, as the custom op does for the strides autograd hands it.
+    """
+    if not is_enabled():
+        return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups)
     try:
-        key = (tuple(input.shape), input.stride(), input.dtype, input.device, tuple(grad_output.shape),
-               grad_output.stride(), grad_output.dtype, grad_output.device, _freeze(weight_size),
-               _freeze(stride), _freeze(padding), _freeze(dilation), groups)
-        hash(key)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: validate and report
-        return ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
-    problem = _problems.get(key)
-    if problem is None:
-        problem = ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
-        if len(_problems) >= PROBLEM_CACHE_SIZE:
-            _problems.clear()
-        _problems[key] = problem
-    return problem
+        key = (_tensor_key(input), _tensor_key(grad_output), _exact_ints(weight_size), _exact_ints(stride),
+               _exact_ints(padding), _exact_ints(dilation), _exact_ints(groups), match_layouts)
+        prepared = None if None in key else _prepared.get(key)
+    except (AttributeError, TypeError):  # not tensors: the checks below say so
+        key = prepared = None
+    if prepared is None:
+        prepared = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
+                                        match_layouts)
+        if key is not None and None not in key:
+            _prepared.keep(key, prepared)
+    return prepared(input, grad_output)
 
 
-def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    problem = problem_of(input, weight_size, grad_output, stride, padding, dilation, groups)
-    return dispatch_conv_grouped(problem, input, grad_output)
+def _record_torch_route() -> None:
+    if _recorders:
+        _record("aten", "aten", ("aten.convolution_backward",))
+
+
+def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
+                         match_layouts) -> _PreparedCall:
+    for name, tensor in (("input", input), ("grad_output", grad_output)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if input.dtype in TORCH_ONLY_DTYPES or (input.dim() > 0 and input.shape[0] == 0):
+        # torch computes these (float64; an empty batch gives zeros): so do we, through torch
+        def run(x, dy, out, workspace):
+            return torch_weight_grad(x, weight_size, dy, stride, padding, dilation, groups)
+
+        return _PreparedCall(run, ("aten.convolution_backward",), "aten", "aten")
+    adapt = None
+    if match_layouts:
+        from .layout import layout_of, to_layout
+
+        layout = layout_of(input)
+
+        def adapt(x, dy):
+            return to_layout(x, layout), to_layout(dy, layout)
+
+        input, grad_output = adapt(input, grad_output)
+    problem = ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
+    if input.device.type == "meta":  # shapes only, as the custom op's fake kernel
+        return _PreparedCall(lambda x, dy, out, workspace: x.new_empty(problem.weight_size), (), "meta", "meta")
+    plan = make_plan(problem, current_target(input.device))
+    return _bind(problem, plan, input, grad_output, None, adapt)
 
 
 def _conv_nd_weight(rank: int):
     def conv_nd_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+        if getattr(input, "dim", None) is None:
+            raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
         if input.dim() != rank + 2:
             raise ValueError(
                 f"conv{rank}d_weight needs a {rank + 2}-D input (N, C and {rank} spatial dims), "
                 f"got shape {tuple(input.shape)}"
             )
+        if torch.is_grad_enabled() and is_enabled() and (
+                getattr(input, "requires_grad", False) or getattr(grad_output, "requires_grad", False)):
+            _record_torch_route()  # torch's dW is differentiable (double backward); convwgrad's kernels are not
+            return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups)
         return conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups)
 
     conv_nd_weight.__name__ = f"conv{rank}d_weight"
     conv_nd_weight.__doc__ = (
         f"dW of a {rank}-D (grouped) convolution, like ``torch.nn.grad.conv{rank}d_weight``.\n\n"
         "``padding`` may also be a sequence of (before, after) pairs for asymmetric padding. "
-        "Returns dW in the input's dtype."
+        "Returns dW in the input's dtype, contiguous. Where torch differs from convwgrad's kernels, "
+        "the call is torch's: float64, an empty batch (zeros), and inputs that require grad with "
+        "grad mode on (torch's dW is differentiable, for double backward). Meta tensors give a meta dW. "
+        "Inside ``convwgrad.disabled()`` every call is torch's."
     )
     return conv_nd_weight
 

@@ -8,7 +8,7 @@ once and a family module only supplies what is its own:
         name="wgrad_splitk", priority=10, description="...", splits_k=True,
         candidate_specs=candidate_specs, not_supported_reasons=not_supported_reasons,
         workspace_nbytes=launcher.workspace_nbytes, grids=launcher.grids,
-        launch=launcher.launch, compile=launcher.compile_kernels,
+        launch=launcher.launch, prepare=launcher.prepare, compile=launcher.compile_kernels,
     )
 
 The core registers it by ``"module:plugin"`` in DEFAULT_PLUGINS; a third-party
@@ -36,6 +36,9 @@ class FamilyPlugin:
         workspace_nbytes: Callable = lambda problem, spec: 0,
         grids: Callable = lambda problem, spec: (),
         compile: Callable = lambda problem, spec, target: [],
+        #: (problem, spec, target, input, grad_output, out) -> BoundLaunch; without it the
+        #: dispatcher calls ``launch`` on every run
+        prepare: Callable | None = None,
         admission_note: Callable = lambda problem, spec, target: "",
         splits_k: bool = False,
         max_split_k: int = 1,
@@ -51,6 +54,7 @@ class FamilyPlugin:
         self._workspace_nbytes = workspace_nbytes
         self._grids = grids
         self._compile = compile
+        self._prepare = prepare
         self._note = admission_note
 
     def __repr__(self) -> str:
@@ -91,6 +95,11 @@ class FamilyPlugin:
     def convwgrad_launch(self, problem, spec, target, input, grad_output, out, workspace):
         if self._mine(spec):
             return self._launch(problem, spec, target, input, grad_output, out, workspace)
+
+    @hookimpl
+    def convwgrad_prepare_launch(self, problem, spec, target, input, grad_output, out):
+        if self._mine(spec) and self._prepare is not None:
+            return self._prepare(problem, spec, target, input, grad_output, out)
 
     @hookimpl
     def convwgrad_compile(self, problem, spec, target):

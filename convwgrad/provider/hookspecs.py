@@ -98,6 +98,30 @@ def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
 
 
 @hookspec(firstresult=True)
+def convwgrad_prepare_launch(problem, spec, target, input, grad_output, out):
+    """Bind a launch of ``spec`` to tensors laid out like ``input``, ``grad_output`` and ``out``.
+
+    The dispatcher calls this once per call signature (shapes, strides, dtype, device,
+    plan) and keeps the result, so a training step's repeated calls skip planning,
+    checks and argument building: validate here, not in ``run``.
+
+    Return a :class:`~convwgrad.provider.spec.BoundLaunch` whose
+    ``run(input, grad_output, out, workspace)`` computes dW for tensors with the
+    same metadata as those given here and returns it: into ``out`` when it is a
+    tensor, else into a contiguous dW it allocates (or, for a family whose library
+    returns its own, that one). ``workspace`` is as for :func:`convwgrad_launch`.
+    ``run`` must not synchronise with the device or read device memory on the host,
+    so that CUDA graphs can capture it. ``out`` here is ``None`` (dW contiguous)
+    or a tensor whose strides every later ``out`` shares.
+
+    Return ``None`` if ``spec`` belongs to another family, or to leave the
+    binding to the dispatcher, which then calls :func:`convwgrad_launch` on every run.
+
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def convwgrad_compile(problem, spec, target):
     """Compile the kernels of ``spec`` for ``target`` without launching them.
 

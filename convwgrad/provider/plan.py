@@ -23,7 +23,7 @@ from .target import TargetInfo, resolve_target
 PINS = ("family", "split_k", "group_merge", "tile")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Plan:
     problem: ConvProblem
     target: TargetInfo
@@ -185,8 +185,24 @@ def _tuned(pm, problem, target, spec) -> Plan | None:
 
 
 def clear_plan_cache() -> None:
-    """Forget every cached plan (a tuning cache that reloads calls this)."""
+    """Forget every cached plan (a tuning cache that reloads calls this), and every call the
+    dispatcher prepared from one."""
+    global _epoch
     _plans.clear()
+    _epoch += 1
+
+
+def planning_epoch() -> int:
+    """How many times the plan cache was cleared: what the dispatcher's prepared calls check."""
+    return _epoch
+
+
+_epoch = 0
+#: Environment variables a selector reads while planning (the built-in tuning cache's file).
+#: plan() asks its hooks every call; the dispatcher's prepared calls skip plan(), so they
+#: watch these (and :func:`planning_epoch`) instead. A tuning file rewritten in place under the
+#: same name is seen by plan() at once and by prepared calls after :func:`clear_plan_cache`.
+PLANNING_ENVIRONMENT = ("CONVWGRAD_TUNING_CACHE",)
 
 
 #: Plans kept per plugin manager. A training step plans each layer every call, so a

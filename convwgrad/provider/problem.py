@@ -89,7 +89,7 @@ def _padding(value, rank: int) -> tuple[tuple[int, int], ...]:
     return tuple((p, p) for p in _spatial("padding", value, rank))
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class ConvProblem:
     """dW of ``y = conv(x, w, groups)`` given ``x`` and ``dy``; sizes only, no tensors.
 

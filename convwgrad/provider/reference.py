@@ -5,37 +5,38 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .layout import TORCH_DTYPES
 from .problem import ConvProblem
 
 
-def explicit_padding(problem: ConvProblem, input: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    """Pad ``input`` by hand when padding is asymmetric; return it and the symmetric padding left to aten."""
+def aten_weight_grad_call(problem: ConvProblem, device=None):
+    """``f(input, grad_output) -> dW`` through ``aten.convolution_backward``, its arguments
+    built once (a training step calls it for the same layer every step); with ``device``
+    given, for tensors on that device only."""
     symmetric = problem.symmetric_padding
-    if symmetric is not None:
-        return input, list(symmetric)
-    # F.pad lists pairs from the last dim backwards.
-    pads = [v for lo_hi in reversed(problem.padding) for v in lo_hi]
-    return F.pad(input, pads), [0] * problem.spatial_dims
+    pads = None if symmetric is not None else [v for lo_hi in reversed(problem.padding) for v in lo_hi]
+    arguments = (
+        list(problem.stride), list(symmetric) if symmetric is not None else [0] * problem.spatial_dims,
+        list(problem.dilation), False, [0] * problem.spatial_dims, problem.groups, [False, True, False],
+    )
+    weight_size = problem.weight_size
+    backward = torch.ops.aten.convolution_backward.default
+    # aten reads only the weight's shape (and layout hint): a broadcast stand-in allocates nothing
+    fixed_weight = None if device is None else torch.empty(
+        1, dtype=TORCH_DTYPES[problem.dtype], device=device).expand(weight_size)
+
+    def weight_grad(input, grad_output):
+        if pads is not None:  # F.pad lists pairs from the last dim backwards
+            input = F.pad(input, pads)
+        weight = fixed_weight if fixed_weight is not None else input.new_empty(1).expand(weight_size)
+        return backward(grad_output, input, weight, None, *arguments)[1]
+
+    return weight_grad
 
 
 def aten_weight_grad(problem: ConvProblem, input: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
     """dW through ``aten.convolution_backward`` in the tensors' own dtype and device."""
-    padded, padding = explicit_padding(problem, input)
-    weight = input.new_empty(1).expand(problem.weight_size)
-    _, grad_weight, _ = torch.ops.aten.convolution_backward(
-        grad_output,
-        padded,
-        weight,
-        None,
-        list(problem.stride),
-        padding,
-        list(problem.dilation),
-        False,
-        [0] * problem.spatial_dims,
-        problem.groups,
-        [False, True, False],
-    )
-    return grad_weight
+    return aten_weight_grad_call(problem)(input, grad_output)
 
 
 def reference_weight_grad(

@@ -27,7 +27,7 @@ def _power_of_two(instance, attribute, value):
         raise ValueError(f"{attribute.name} must be a power of two, got {value!r}")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Tile:
     """The block shape of a Triton implicit-GEMM kernel and its launch options."""
 
@@ -42,7 +42,7 @@ class Tile:
         return f"m{self.block_m}n{self.block_n}k{self.block_k}w{self.num_warps}s{self.num_stages}"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class KernelSpec:
     """One configuration of one kernel family.
 
@@ -122,3 +122,13 @@ class Verdict:
 
     def __str__(self) -> str:
         return "admitted" + self.note if self.admitted else "refused: " + "; ".join(self.reasons)
+
+
+@attrs.frozen
+class BoundLaunch:
+    """A launch bound to one call signature (see the ``convwgrad_prepare_launch`` hook)."""
+
+    #: ``run(input, grad_output, out, workspace) -> dW``; ``out`` may be None
+    run: object
+    #: the kernels ``run`` launches, by name (what :func:`convwgrad.record_launches` reports)
+    kernels: tuple

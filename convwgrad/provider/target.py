@@ -23,7 +23,7 @@ BACKENDS = ("cuda", "hip", "interpreter", "cpu")
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class TargetInfo:
     name: str  # "sm_90", "gfx950", "interpreter", ...
     backend: str = field(validator=in_(BACKENDS))

@@ -8,8 +8,8 @@ tensors without TRITON_INTERPRET=1 it is what runs.
 from __future__ import annotations
 
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.reference import aten_weight_grad
-from convwgrad.provider.spec import KernelSpec
+from convwgrad.provider.reference import aten_weight_grad, aten_weight_grad_call
+from convwgrad.provider.spec import BoundLaunch, KernelSpec
 
 FAMILY = "aten"
 PRIORITY = 0
@@ -32,9 +32,25 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
     return [KernelSpec(family=FAMILY, dtype=problem.dtype)]
 
 
+KERNELS = ("aten.convolution_backward",)
+
+
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
     out.copy_(aten_weight_grad(problem, input, grad_output))
-    return ["aten.convolution_backward"]
+    return list(KERNELS)
+
+
+def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
+    """torch's own dW, returned as torch computed it (no copy) when no ``out`` is given."""
+    backward = aten_weight_grad_call(problem, input.device)
+
+    def run(x, dy, out, workspace):
+        dw = backward(x, dy)
+        if out is None:
+            return dw if dw.is_contiguous() else dw.contiguous()
+        return out.copy_(dw)
+
+    return BoundLaunch(run=run, kernels=KERNELS)
 
 
 plugin = FamilyPlugin(
@@ -44,4 +60,5 @@ plugin = FamilyPlugin(
     candidate_specs=candidate_specs,
     not_supported_reasons=not_supported_reasons,
     launch=launch,
+    prepare=prepare,
 )

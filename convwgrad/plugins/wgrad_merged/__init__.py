@@ -123,5 +123,6 @@ plugin = FamilyPlugin(
     workspace_nbytes=splitk_launcher.workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

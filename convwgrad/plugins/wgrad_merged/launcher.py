@@ -118,6 +118,11 @@ def launch(problem, spec, target, input, grad_output, out, workspace) -> list[st
                              kernel=_wgrad_merged_kernel, make_args=stage1_args, grids=grids, validate=validate)
 
 
+def prepare(problem, spec, target, input, grad_output, out):
+    return splitk.prepare_stages(problem, spec, target, input, grad_output, out, kernel=_wgrad_merged_kernel,
+                                 make_args=stage1_args, grids=grids, validate=validate)
+
+
 def compile_kernels(problem, spec, target):
     return splitk.compile_stages(problem, spec, target, kernel=_wgrad_merged_kernel, make_args=stage1_args,
                                  validate=validate)

@@ -118,5 +118,6 @@ plugin = FamilyPlugin(
     workspace_nbytes=launcher.workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.layout import TORCH_DTYPES, to_layout
-from convwgrad.provider.spec import KernelSpec, cdiv
+from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 from convwgrad.provider.target import TargetInfo, interpreter_enabled
 
 from .kernels import _splitk_reduce_kernel, _wgrad_splitk_kernel
@@ -157,70 +156,83 @@ def _values(args):
     return [v.value if isinstance(v, Constexpr) else v for _, v in args]
 
 
-def _device_context(tensor: torch.Tensor):
-    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
-
-
 def check_grid(grid, target: TargetInfo, what: str) -> None:
     for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
         if size > limit:
             raise ValueError(f"{what} grid axis {axis} = {size} exceeds the limit {limit} on {target.name}")
 
 
-#: Launch arguments other than the tensors depend only on (problem, spec, strides), so they
-#: are built once per key: building them costs ~20 us of Python a call, the launch itself less.
-LAUNCH_ARGS_CACHE_SIZE = 4096
-_launch_args: dict = {}
+def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, make_args, grids,
+                   validate=None) -> BoundLaunch:
+    """Bind a stage-1 ``kernel`` (its arguments from ``make_args``, tensors X, DY, OUT first), and
+    the stage-2 reduction when split_k > 1, to the strides of ``input``, ``grad_output`` and
+    ``out`` (None: a contiguous dW). ``grids(problem, spec)`` sizes the launches;
+    ``validate(problem, spec, target)``, if given, raises before anything is bound. Every check
+    and argument is done here once: a run costs the allocation of dW and the launches. Shared by
+    every family that writes this workspace layout."""
+    interpreted = interpreter_enabled()
+    if validate is not None:
+        validate(problem, spec, target)
+    if out is None:
+        out = torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
+    if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
+        raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
+    stage_grids = grids(problem, spec)
+    for grid in stage_grids:
+        check_grid(grid, target, spec.kernel_name())
+    out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
+    stage1 = tuple(_values(make_args(problem, spec, input, grad_output, out, out_strides, interpreted=interpreted))[3:])
+    size, dtype, device = problem.weight_size, input.dtype, input.device
+    device_index = device.index if device.type == "cuda" else None
+    grid1 = stage_grids[0]
+    warps, stages = spec.tile.num_warps, spec.tile.num_stages
 
+    if spec.two_stage:
+        stage2 = tuple(_values(stage2_args(problem, spec, out, out))[2:])
+        grid2, nbytes = stage_grids[1], workspace_nbytes(problem, spec)
 
-def _cached_args(key, build):
-    args = _launch_args.get(key)
-    if args is None:
-        if len(_launch_args) >= LAUNCH_ARGS_CACHE_SIZE:
-            _launch_args.clear()
-        args = _launch_args[key] = build()
-    return args
+        def launch_stages(x, dy, out, workspace):
+            partials = workspace[:nbytes].view(torch.float32)
+            kernel[grid1](x, dy, partials, *stage1, num_warps=warps, num_stages=stages)
+            _splitk_reduce_kernel[grid2](partials, out, *stage2, num_warps=REDUCE_WARPS, num_stages=1)
+
+        kernels = (kernel.__name__, _splitk_reduce_kernel.__name__)
+    else:
+        def launch_stages(x, dy, out, workspace):
+            kernel[grid1](x, dy, out, *stage1, num_warps=warps, num_stages=stages)
+
+        kernels = (kernel.__name__,)
+
+    def run(x, dy, out, workspace):
+        if out is None:
+            out = torch.empty(size, dtype=dtype, device=device)
+        if device_index is not None and torch.cuda.current_device() != device_index:
+            with torch.cuda.device(device_index):  # Triton launches on the current device
+                launch_stages(x, dy, out, workspace)
+        else:
+            launch_stages(x, dy, out, workspace)
+        return out
+
+    return BoundLaunch(run=run, kernels=kernels)
 
 
 def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, grids,
-               validate=None):
-    """Run a stage-1 ``kernel`` (its arguments from ``make_args``, tensors X, DY, OUT first),
-    then the stage-2 reduction when split_k > 1, on the tensors' device; return the kernels
-    launched. ``grids(problem, spec)`` sizes the launches; ``validate(problem, spec, target)``,
-    if given, raises before the first launch of a key. Shared by every family that writes
-    this workspace layout."""
-    interpreted = interpreter_enabled()
-    key = (kernel, problem, spec, target, input.stride(), grad_output.stride(), out.stride(), interpreted)
-
-    def build():
-        if validate is not None:
-            validate(problem, spec, target)
-        if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
-            raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
-        stage_grids = grids(problem, spec)
-        for grid in stage_grids:
-            check_grid(grid, target, spec.kernel_name())
-        out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
-        stage1 = _values(make_args(problem, spec, input, grad_output, out, out_strides, interpreted=interpreted))[3:]
-        stage2 = _values(stage2_args(problem, spec, out, out))[2:] if spec.two_stage else ()
-        return tuple(stage1), tuple(stage2), stage_grids
-
-    stage1, stage2, stage_grids = _cached_args(key, build)
-    tile = spec.tile
-    with _device_context(input):
-        if spec.two_stage:
-            partials = workspace[: workspace_nbytes(problem, spec)].view(torch.float32)
-            kernel[stage_grids[0]](input, grad_output, partials, *stage1,
-                                   num_warps=tile.num_warps, num_stages=tile.num_stages)
-            _splitk_reduce_kernel[stage_grids[1]](partials, out, *stage2, num_warps=REDUCE_WARPS, num_stages=1)
-            return [kernel.__name__, _splitk_reduce_kernel.__name__]
-        kernel[stage_grids[0]](input, grad_output, out, *stage1, num_warps=tile.num_warps, num_stages=tile.num_stages)
-        return [kernel.__name__]
+               validate=None) -> list[str]:
+    """:func:`prepare_stages`, then one run; return the kernels launched."""
+    bound = prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel, make_args=make_args,
+                           grids=grids, validate=validate)
+    bound.run(input, grad_output, out, workspace)
+    return list(bound.kernels)
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
     return run_stages(problem, spec, target, input, grad_output, out, workspace,
                       kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
+
+
+def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
+    return prepare_stages(problem, spec, target, input, grad_output, out,
+                          kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
 
 
 def _meta(shape, dtype: str, layout: str) -> torch.Tensor:
