@@ -1,15 +1,30 @@
-"""Time one training step (forward, backward, SGD) of block stacks, stock torch against
-``convwgrad.patch``, side by side in one process (CUDA events, warm-up, median; ABAB order).
+"""Training steps of real models, stock torch against ``convwgrad.patch``, side by side in one
+process, and each grouped layer's dW inside them.
 
-Usage (GPU machine, repo root): python tools/step_bench.py [--batch 32] [--steps 20]
-    [--layouts channels_last,contiguous] [--stacks mobilenetv2,convnext,replknet] [--compile]
+Step: forward, backward and SGD under bf16 autocast, timed with CUDA events (so host time that
+starves the GPU counts, as a user sees it), warm-up first, then stock and patched alternated
+in rounds (ABAB...) so drift hits both; the median of each. Models: any timm name
+(``timm.create_model(name, pretrained=False)``), the block stacks of tests/frameworks, and the
+large-kernel networks timm lacks (replknet31b, unireplknet_t), each with its batch size.
+
+Layers (``--layers``): one backward of the patched model records every grouped layer's input
+and grad_output with the strides autograd really hands over; then each layer's dW is timed
+alone: stock (``aten.convolution_backward`` with the module's weight, as autograd calls it) and
+convwgrad (``convwgrad::conv_weight``, as the patched layer calls it), both as kernel time (CUDA
+graph replay) and eager wall time per call.
+
+Usage (GPU machine, repo root):
+    python tools/step_bench.py --models convnext_tiny:64,mobilenetv2_100:128 --layouts channels_last,contiguous
+        [--steps 10] [--rounds 3] [--compile] [--layers] [--profile] [--json FILE]
 """
 
 import argparse
 import copy
+import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +32,34 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "frameworks"))
 
 import convwgrad  # noqa: E402
-from torch_models import STACKS, build  # noqa: E402
+from convwgrad.provider.layout import layout_of  # noqa: E402
+from torch_models import NETWORKS, STACKS, build  # noqa: E402
+
+#: the models of issue 9's table, with the batch sizes it was measured at
+DEFAULT_MODELS = ("convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128,"
+                  "replknet31b:16,unireplknet_t:32")
+
+
+def make_model(name):
+    """(model, input shape without the batch, classes)."""
+    if name in STACKS:
+        model, (channels, size) = build(name)
+        return model, (channels, size, size), 10
+    if name in NETWORKS:
+        torch.manual_seed(0)
+        return NETWORKS[name](), (3, 224, 224), 1000
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model(name, pretrained=False), (3, 224, 224), 1000
+
+
+def step(model, optimizer, x, target):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x), target)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def step_times(model, optimizer, x, target, steps):
@@ -25,54 +67,251 @@ def step_times(model, optimizer, x, target, steps):
     for _ in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), target)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        step(model, optimizer, x, target)
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return times
 
 
-def bench(name, layout, batch, steps, compiled):
-    stock, (channels, size) = build(name)
+def grouped_convs(model):
+    return [(name, m) for name, m in model.named_modules()
+            if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) and m.groups > 1]
+
+
+def bench_steps(name, batch, layout, steps, rounds, compiled, profile):
+    stock, shape, classes = make_model(name)
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     stock = stock.cuda().to(memory_format=fmt)
     patched = convwgrad.patch(copy.deepcopy(stock))
-    x = torch.randn(batch, channels, size, size, device="cuda").contiguous(memory_format=fmt)
-    target = torch.randint(0, 10, (batch,), device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(batch, *shape, device="cuda", generator=g).contiguous(memory_format=fmt)
+    target = torch.randint(0, classes, (batch,), device="cuda", generator=g)
     runs = {}
     for label, model in (("stock", stock), ("patched", patched)):
         run = torch.compile(model) if compiled else model
         runs[label] = (run, torch.optim.SGD(model.parameters(), lr=1e-3))
-        step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN autotune, Triton JIT
+        step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
     samples = {"stock": [], "patched": []}
-    for _ in range(2):  # ABAB, so drift hits both
+    for _ in range(rounds):
         for label in ("stock", "patched"):
             samples[label] += step_times(*runs[label], x, target, steps)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         families = [p.family for _, p in convwgrad.layer_plans(patched, x)]
-    return {label: statistics.median(v) for label, v in samples.items()}, families
+    result = {"model": name, "batch": batch, "layout": layout, "compiled": compiled,
+              "stock_ms": statistics.median(samples["stock"]), "patched_ms": statistics.median(samples["patched"]),
+              "stock_spread_ms": [min(samples["stock"]), max(samples["stock"])],
+              "patched_spread_ms": [min(samples["patched"]), max(samples["patched"])],
+              "grouped_layers": len(families), "families": {f: families.count(f) for f in sorted(set(families))}}
+    if profile:
+        result["profile"] = {label: kernel_profile(*runs[label], x, target) for label in ("stock", "patched")}
+    return result, (stock, patched, x, target)
+
+
+def kernel_profile(model, optimizer, x, target, steps=3):
+    """CUDA time per kernel name over ``steps`` steps, and the host time, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(model, optimizer, x, target)
+        torch.cuda.synchronize()
+    wall = (time.perf_counter() - start) / steps * 1e3
+    kernels = {}
+    for event in prof.key_averages():
+        cuda_us = getattr(event, "self_device_time_total", None)
+        if cuda_us is None:
+            cuda_us = getattr(event, "self_cuda_time_total", 0)
+        if cuda_us and event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[event.key] = (kernels.get(event.key, (0, 0))[0] + cuda_us / steps / 1e3,
+                                  kernels.get(event.key, (0, 0))[1] + event.count // steps)
+    return {"wall_ms_profiled": wall, "cuda_ms": sum(v[0] for v in kernels.values()), "kernels": kernels}
+
+
+# ----------------------------------------------------------------- per-layer breakdown
+def capture_layers(model, x, target):
+    """(name, module, input as the backward sees it, grad_output as autograd hands it) per grouped layer."""
+    captured, handles = {}, []
+    for name, module in grouped_convs(model):
+        def forward_hook(module, inputs, output, name=name):
+            inp = inputs[0]
+            if torch.is_autocast_enabled("cuda"):
+                inp = inp.to(torch.get_autocast_dtype("cuda"))
+            captured[name] = [module, inp.detach(), None]
+            output.register_hook(lambda grad, name=name: captured[name].__setitem__(2, grad.detach()))
+        handles.append(module.register_forward_hook(forward_hook))
+    try:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), target)
+        loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [(name, *captured[name]) for name, _ in grouped_convs(model) if name in captured]
+
+
+#: Time one way of a layer gets at most (ms): a 31x31 layer in cuDNN takes ~16 ms a call.
+LAYER_BUDGET_MS = 60
+
+
+def _calls_within_budget(fn, most):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once_ms = (time.perf_counter() - start) * 1e3
+    return max(1, min(most, int(LAYER_BUDGET_MS / 7 / max(once_ms, 1e-3))))
+
+
+def _graph_time_us(fn, replays=20):
+    """Kernel time per call: ``fn`` captured in a CUDA graph, replayed, median over repeats."""
+    replays = _calls_within_budget(fn, replays)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(replays):
+            fn()
+    times = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / replays)
+    return statistics.median(times)
+
+
+def _eager_time_us(fn, calls=50):
+    """Wall time per call of an eager loop (host and device together), median over repeats."""
+    calls = _calls_within_budget(fn, calls)
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e6 / calls)
+    return statistics.median(times)
+
+
+def layer_breakdown(patched, x, target):
+    rows = []
+    for name, module, inp, grad in capture_layers(patched, x, target):
+        weight = module.weight.detach().to(inp.dtype)
+        rank = inp.dim() - 2
+        padding = module.padding if not isinstance(module.padding, str) else None
+        if padding is None or module.padding_mode != "zeros":
+            continue  # 'same'/'valid' or padded modes: the patched layer pads first; not reproduced here
+        args = (list(module.stride), list(padding), list(module.dilation), module.groups)
+
+        def stock():
+            return torch.ops.aten.convolution_backward.default(
+                grad, inp, weight, None, args[0], args[1], args[2], False, [0] * rank, args[3], [False, True, False])
+
+        def ours():
+            return torch.ops.convwgrad.conv_weight.default(inp, grad, list(weight.shape), *args)
+
+        with convwgrad.record_launches() as log:
+            ours()
+        problem = convwgrad.ConvProblem.from_tensors(inp, weight.shape, grad, *args)
+        rows.append({
+            "layer": name, "problem": problem.describe(), "input_layout": layout_of(inp),
+            "grad_output_layout": layout_of(grad), "grad_output_strides": list(grad.stride()),
+            "family": log[-1].family if log else "?", "kernel": log[-1].kernel_name if log else "?",
+            "stock_graph_us": _graph_time_us(stock), "convwgrad_graph_us": _graph_time_us(ours),
+            "stock_eager_us": _eager_time_us(stock), "convwgrad_eager_us": _eager_time_us(ours),
+        })
+    return rows
+
+
+def print_layers(rows):
+    print(f"  {'layer':<34} {'problem':<58} {'x/dy layout':<16} {'family':<13} "
+          f"{'stock us':>9} {'ours us':>9} {'ratio':>6} {'eager st':>9} {'eager us':>9}")
+    for r in rows:
+        layouts = f"{r['input_layout'][:4]}/{r['grad_output_layout'][:4]}"
+        print(f"  {r['layer'][:34]:<34} {r['problem'][:58]:<58} {layouts:<16} {r['family']:<13} "
+              f"{r['stock_graph_us']:>9.1f} {r['convwgrad_graph_us']:>9.1f} "
+              f"{r['stock_graph_us'] / r['convwgrad_graph_us']:>5.2f}x {r['stock_eager_us']:>9.1f} "
+              f"{r['convwgrad_eager_us']:>9.1f}")
+    stock = sum(r["stock_graph_us"] for r in rows)
+    ours = sum(r["convwgrad_graph_us"] for r in rows)
+    if rows:
+        print(f"  all {len(rows)} grouped layers, kernel time: stock {stock / 1e3:.2f} ms, convwgrad "
+              f"{ours / 1e3:.2f} ms ({stock / ours:.2f}x)")
+
+
+def print_profile(profile, top=12):
+    stock, patched = profile["stock"], profile["patched"]
+    print(f"  profile per step: stock {stock['cuda_ms']:.2f} ms CUDA ({stock['wall_ms_profiled']:.2f} wall), "
+          f"patched {patched['cuda_ms']:.2f} ms CUDA ({patched['wall_ms_profiled']:.2f} wall)")
+    names = set(stock["kernels"]) | set(patched["kernels"])
+    diffs = sorted(names, key=lambda k: -abs(patched["kernels"].get(k, (0, 0))[0] - stock["kernels"].get(k, (0, 0))[0]))
+    for k in diffs[:top]:
+        s, p = stock["kernels"].get(k, (0, 0)), patched["kernels"].get(k, (0, 0))
+        print(f"    {p[0] - s[0]:+8.3f} ms  stock {s[0]:7.3f} ms x{s[1]:<4} patched {p[0]:7.3f} ms x{p[1]:<4} {k[:90]}")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=20)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="name:batch,... (timm names, stacks, networks)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per round and model")
+    parser.add_argument("--rounds", type=int, default=3, help="ABAB rounds")
     parser.add_argument("--layouts", default="channels_last,contiguous")
-    parser.add_argument("--stacks", default=",".join(STACKS))
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (inductor)")
+    parser.add_argument("--layers", action="store_true", help="per grouped layer: dW time inside the model")
+    parser.add_argument("--profile", action="store_true", help="kernel-time differences from torch.profiler")
+    parser.add_argument("--json", help="write every result to this file")
     args = parser.parse_args(argv)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, batch {args.batch}, "
-          f"{'compiled' if args.compile else 'eager'}; median step ms over {2 * args.steps} steps")
-    print(f"{'stack':<12} {'layout':<14} {'stock ms':>9} {'patched ms':>11} {'speedup':>8}  dW plan per grouped layer (aten: stock torch)")
-    for name in args.stacks.split(","):
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
+          f"{'compiled' if args.compile else 'eager'}; median step ms over {args.rounds} x {args.steps} steps "
+          f"each, stock and patched alternated")
+    print(f"{'model':<18} {'batch':>5} {'layout':<14} {'stock ms':>9} {'patched ms':>11} {'speedup':>8}  dW plans")
+    results = []
+    for entry in args.models.split(","):
+        name, _, batch = entry.partition(":")
+        batch = int(batch or 32)
         for layout in args.layouts.split(","):
-            medians, families = bench(name, layout, args.batch, args.steps, args.compile)
-            print(f"{name:<12} {layout:<14} {medians['stock']:>9.2f} {medians['patched']:>11.2f} "
-                  f"{medians['stock'] / medians['patched']:>7.2f}x  {','.join(families)}", flush=True)
+            try:
+                result, (stock, patched, x, target) = bench_steps(
+                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile)
+            except Exception as exc:  # one model's failure must not cost the others' numbers
+                import traceback
+
+                traceback.print_exc()
+                print(f"{name:<18} {batch:>5} {layout:<14} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            plans = ", ".join(f"{n} {f}" for f, n in result["families"].items())
+            print(f"{name:<18} {batch:>5} {layout:<14} {result['stock_ms']:>9.2f} {result['patched_ms']:>11.2f} "
+                  f"{result['stock_ms'] / result['patched_ms']:>7.3f}x  {plans}", flush=True)
+            if args.profile:
+                print_profile(result["profile"])
+            if args.layers:
+                try:
+                    result["layers"] = layer_breakdown(patched, x, target)
+                    print_layers(result["layers"])
+                except Exception as exc:
+                    import traceback
+
+                    traceback.print_exc()
+                    print(f"  layers FAILED: {type(exc).__name__}: {exc}", flush=True)
+            results.append(result)
+            del stock, patched, x, target
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

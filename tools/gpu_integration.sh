@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call for the integration issue: host cost (this version and, if .old_src holds an
+# earlier checkout's convwgrad/, that one), training steps of real models with the per-layer
+# breakdown and profile, and/or the GPU test suite. Writes logs under $OUT.
+# Usage (GPU machine, repo root): bash tools/gpu_integration.sh [host] [steps MODELS] [tests] [compiled MODELS]
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/env.txt" 2>&1
+while (($#)); do
+  case $1 in
+    host)
+      python3 tools/host_overhead.py --json "$OUT/host_new.json" 2>&1 | tee "$OUT/host_new.txt"
+      if [[ -d .old_src/convwgrad ]]; then
+        PYTHONPATH=$PWD/.old_src python3 tools/host_overhead.py --json "$OUT/host_old.json" 2>&1 | tee "$OUT/host_old.txt"
+      fi
+      shift ;;
+    steps)
+      python3 tools/step_bench.py --models "$2" --layers --profile --json "$OUT/steps_eager_$3.json" 2>&1 | tee "$OUT/steps_eager_$3.txt"
+      shift 3 ;;
+    compiled)
+      python3 tools/step_bench.py --compile --models "$2" --rounds 2 --json "$OUT/steps_compiled.json" 2>&1 | tee "$OUT/steps_compiled.txt"
+      shift 2 ;;
+    tests)
+      python3 -m pytest tests -q -m gpu -p no:cacheprovider -n 8 --durations=10 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
+      shift ;;
+    *) echo "unknown step $1"; exit 2 ;;
+  esac
+done

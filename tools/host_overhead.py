@@ -1,0 +1,122 @@
+"""Host cost of a dW call: convwgrad's entry points against the kernels they launch.
+
+Per layer, each way of asking for dW is called in a loop; host us/call is the time to
+enqueue the loop (no synchronisation inside it), eager us/call the loop plus the final
+synchronisation. Ways: ``aten`` (``aten.convolution_backward`` with a real weight, as
+autograd calls it), ``conv2d_weight``, ``dispatch`` (``dispatch_conv_grouped`` with the
+problem built once), ``op`` (``torch.ops.convwgrad.conv_weight``), and ``bound`` (the
+prepared call's launch alone: the raw kernels, where this version has it).
+The layers are small, so the GPU keeps up with the host and the host cost shows.
+
+Usage (GPU machine): python tools/host_overhead.py [--calls 200] [--json FILE]
+Run it with another checkout first on PYTHONPATH to measure that version the same way.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import convwgrad
+
+#: name: (N, C, H, W, k, stride, layout); small layers where cuDNN takes < 50 us, and two
+#: planned for a Triton family on CUDA (a 13x13 and a 1-D k=31 filter)
+LAYERS = {
+    "mbv2-112-c32-k3": (32, 32, 112, 112, 3, 1, "channels_last"),
+    "mbv2-14-c384-k3": (32, 384, 14, 14, 3, 1, "channels_last"),
+    "mbv2-7-c960-k3": (32, 960, 7, 7, 3, 1, "channels_last"),
+    "convnext-7-c768-k7": (64, 768, 7, 7, 7, 1, "channels_last"),
+    "mbv2-14-c384-k3-nchw": (32, 384, 14, 14, 3, 1, "contiguous"),
+    "replk-7-c1024-k13": (16, 1024, 7, 7, 13, 1, "channels_last"),
+    "conformer-1d-c256-k31": (32, 256, None, 256, 31, 1, "channels_last"),
+}
+
+
+def tensors(n, c, h, w, k, stride, layout):
+    shape = (n, c, w) if h is None else (n, c, h, w)
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn((c, 1, k) if h is None else (c, 1, k, k), device="cuda", dtype=torch.bfloat16)
+    out_size = [(s + 2 * (k // 2) - k) // stride + 1 for s in shape[2:]]
+    dy = torch.randn((n, c, *out_size), device="cuda", dtype=torch.bfloat16)
+    if layout == "channels_last":
+        if h is None:
+            x, dy = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (x, dy))
+        else:
+            x, dy, weight = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy, weight))
+    rank = len(shape) - 2
+    return x, weight, dy, [stride] * rank, [k // 2] * rank, [1] * rank
+
+
+def per_call(fn, calls):
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    host, eager = [], []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        enqueued = time.perf_counter()
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        host.append((enqueued - start) * 1e6 / calls)
+        eager.append((done - start) * 1e6 / calls)
+    return statistics.median(host), statistics.median(eager)
+
+
+def measure(calls):
+    rows = []
+    for name, layer in LAYERS.items():
+        x, weight, dy, stride, padding, dilation = tensors(*layer)
+        groups, rank = x.shape[1], x.dim() - 2
+        nd_weight = {1: convwgrad.conv1d_weight, 2: convwgrad.conv2d_weight}[rank]
+        problem = convwgrad.ConvProblem.from_tensors(x, weight.shape, dy, stride, padding, dilation, groups)
+        ways = {
+            "aten": lambda: torch.ops.aten.convolution_backward.default(
+                dy, x, weight, None, stride, padding, dilation, False, [0] * rank, groups, [False, True, False]),
+            "conv2d_weight": lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, groups),
+            "dispatch": lambda: convwgrad.dispatch_conv_grouped(problem, x, dy),
+            "op": lambda: torch.ops.convwgrad.conv_weight.default(x, dy, list(weight.shape), stride, padding,
+                                                                  dilation, groups),
+        }
+        try:  # the prepared call's launch alone (this version's warm path has one)
+            from convwgrad.provider.dispatch import _prepare_conv_weight
+
+            prepared = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
+            ways["bound"] = lambda: prepared.run(x, dy, None, None if not prepared.workspace_nbytes else
+                                                 torch.empty(prepared.workspace_nbytes, dtype=torch.uint8,
+                                                             device="cuda"))
+        except ImportError:
+            pass
+        with convwgrad.record_launches() as log:
+            ways["conv2d_weight"]()
+        row = {"layer": name, "family": log[-1].family if log else "?"}
+        for way, fn in ways.items():
+            row[way] = per_call(fn, calls)
+        rows.append(row)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    rows = measure(args.calls)
+    print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; host us/call (eager us/call)")
+    ways = [w for w in ("aten", "bound", "conv2d_weight", "dispatch", "op") if w in rows[0]]
+    print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>17}" for w in ways)
+          + "   over aten: conv2d_weight / op (host)")
+    for r in rows:
+        cells = " ".join(f"{r[w][0]:>7.1f} ({r[w][1]:>6.1f})" for w in ways)
+        print(f"{r['layer']:<24} {r['family']:<13} {cells}   "
+              f"{r['conv2d_weight'][0] - r['aten'][0]:+6.1f} / {r['op'][0] - r['aten'][0]:+6.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
