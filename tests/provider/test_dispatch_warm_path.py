@@ -1,0 +1,209 @@
+"""The dispatcher's warm path (prepared calls) and the call-level defects found by fuzzing:
+each prepared call must answer exactly what a cold call answers, and be dropped whenever
+anything plan() reads changes."""
+
+import threading
+
+import pytest
+import torch
+
+import convwgrad
+from convwgrad.provider import build_plugin_manager, use_plugin_manager
+from convwgrad.provider.dispatch import _prepared, clear_prepared_calls, torch_weight_grad
+from convwgrad.provider.plan import clear_plan_cache
+from convwgrad.provider.reference import relative_error
+from support import DEVICE
+
+
+def depthwise(channels=16, size=6, dtype=torch.float32, batch=2):
+    x = torch.randn(batch, channels, size, size, dtype=dtype, device=DEVICE)
+    dy = torch.randn(batch, channels, size, size, dtype=dtype, device=DEVICE)
+    return x, (channels, 1, 3, 3), dy
+
+
+def torch_dw(x, ws, dy, **kw):
+    return torch.nn.grad.conv2d_weight(x.double(), ws, dy.double(), **kw)
+
+
+def test_a_repeat_is_prepared_once_and_computes_on_fresh_data(no_tf32):
+    x, ws, dy = depthwise()
+    clear_prepared_calls()
+    first = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    entries = len(_prepared._calls)
+    for _ in range(3):  # same signature, new values: one entry, right answers
+        x.normal_(), dy.normal_()
+        with convwgrad.record_launches() as log:
+            dw = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+        assert len(_prepared._calls) == entries and [r.family for r in log] == ["wgrad_merged"]
+        assert relative_error(dw, torch_dw(x, ws, dy, padding=1, groups=16)) < 1e-5
+    assert not torch.equal(first, dw)
+
+
+def test_strides_are_part_of_the_signature(no_tf32):
+    x, ws, dy = depthwise()
+    convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    xl, dyl = x.contiguous(memory_format=torch.channels_last), dy.contiguous(memory_format=torch.channels_last)
+    dw = convwgrad.conv2d_weight(xl, ws, dyl, padding=1, groups=16)
+    assert relative_error(dw, torch_dw(x, ws, dy, padding=1, groups=16)) < 1e-5
+    sliced_x = torch.randn(2, 32, 6, 6, device=DEVICE)[:, ::2]  # channel stride 2
+    dw = convwgrad.conv2d_weight(sliced_x, ws, dy, padding=1, groups=16)
+    assert relative_error(dw, torch_dw(sliced_x, ws, dy, padding=1, groups=16)) < 1e-5
+
+
+def test_validation_does_not_depend_on_call_order():
+    x, ws, dy = depthwise(size=8)
+    dy2 = torch.randn(2, 16, 4, 4, device=DEVICE)
+    convwgrad.conv2d_weight(x, ws, dy2, stride=2, padding=1, groups=16)  # an int stride, kept
+    for bad in (2.0, True, None, "2"):
+        with pytest.raises((TypeError, ValueError), match="stride"):
+            convwgrad.conv2d_weight(x, ws, dy2, stride=bad, padding=1, groups=16)
+    with pytest.raises((TypeError, ValueError), match="padding"):
+        convwgrad.conv2d_weight(x, ws, dy, padding=1.0, groups=16)
+
+
+def test_a_plugin_change_reaches_prepared_calls(monkeypatch):
+    x, ws, dy = depthwise()
+    with convwgrad.record_launches() as log:
+        convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    assert log[-1].family == "wgrad_merged"
+    monkeypatch.setenv("CONVWGRAD_DISABLE_PLUGINS", "convwgrad.plugins.wgrad_merged")
+    with use_plugin_manager(build_plugin_manager(load_entrypoints=False)), convwgrad.record_launches() as log:
+        convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    assert log[-1].family == "wgrad_splitk"
+    with convwgrad.record_launches() as log:
+        convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    assert log[-1].family == "wgrad_merged"
+
+
+def test_clearing_the_plan_cache_clears_prepared_calls():
+    x, ws, dy = depthwise()
+    convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    clear_plan_cache()
+    assert _prepared.get(("no such key",)) is None and _prepared._calls == {}
+
+
+def test_nested_and_concurrent_recorders_each_get_their_launches():
+    x, ws, dy = depthwise()
+    with convwgrad.record_launches() as outer:
+        with convwgrad.record_launches() as inner:
+            convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+        convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    assert len(inner) == 1 and len(outer) == 2
+    logs, errors = {}, []
+
+    def worker(i):
+        try:
+            with convwgrad.record_launches() as log:
+                convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+            logs[i] = log
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(len(log) >= 1 for log in logs.values()) and len(logs) == 8
+
+
+def test_interpreted_launches_from_many_threads_are_all_right(no_tf32):
+    x, ws, dy = depthwise()
+    expected = torch_dw(x, ws, dy, padding=1, groups=16)
+    results, errors = [], []
+
+    def worker():
+        try:
+            results.append(convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 8 and all(relative_error(r, expected) < 1e-5 for r in results)
+
+
+def test_out_with_overlapping_memory_is_refused():
+    p = convwgrad.ConvProblem.build(batch=2, groups=4, in_channels=4, input_size=(6, 6), filter_size=3,
+                                    padding=1, dtype="fp32")
+    x, dy = torch.randn(p.input_shape, device=DEVICE), torch.randn(p.grad_output_shape, device=DEVICE)
+    with pytest.raises(ValueError, match="out has overlapping memory"):
+        convwgrad.dispatch_conv_grouped(p, x, dy, out=torch.zeros(1, device=DEVICE).expand(4, 1, 3, 3))
+    strided = torch.full((4, 1, 3, 6), float("nan"), device=DEVICE)[..., ::2]  # gaps, no overlap: fine
+    assert convwgrad.dispatch_conv_grouped(p, x, dy, out=strided) is strided and torch.isfinite(strided).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_batch_gives_zeros_like_torch(dtype):
+    x, ws, dy = depthwise(batch=0, dtype=dtype)
+    dw = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    assert dw.shape == ws and dw.dtype == dtype and not dw.any()
+
+
+def test_float64_is_computed_by_torch():
+    x, ws, _ = depthwise(dtype=torch.float64)
+    dy = torch.randn(2, 16, 5, 7, dtype=torch.float64, device=DEVICE)  # H padded (1, 0), W (1, 2)
+    with convwgrad.record_launches() as log:
+        dw = convwgrad.conv2d_weight(x, ws, dy, padding=((1, 0), (1, 2)), groups=16)
+    assert [r.family for r in log] == ["aten"] and dw.dtype == torch.float64
+    padded = torch.nn.functional.pad(x, (1, 2, 1, 0))
+    assert relative_error(dw, torch_dw(padded, ws, dy, groups=16)) < 1e-12
+
+
+def test_dw_is_differentiable_like_torchs():
+    x, ws, dy = depthwise(dtype=torch.float64)
+    x.requires_grad_(True)
+    dw = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    ref = torch.nn.grad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+    assert dw.grad_fn is not None
+    probe = torch.randn(ws, dtype=torch.float64, device=DEVICE)
+    (ours,) = torch.autograd.grad((dw * probe).sum(), x)
+    (theirs,) = torch.autograd.grad((ref * probe).sum(), x)
+    assert relative_error(ours, theirs) < 1e-12
+    with torch.no_grad(), convwgrad.record_launches() as log:  # no grad wanted: convwgrad's kernels
+        convwgrad.conv2d_weight(x.detach().float(), ws, dy.float(), padding=1, groups=16)
+    assert log[-1].family == "wgrad_merged"
+
+
+def test_meta_tensors_give_a_meta_dw_or_name_the_problem():
+    x = torch.empty(2, 16, 6, 6, device="meta")
+    dw = convwgrad.conv2d_weight(x, (16, 1, 3, 3), x, padding=1, groups=16)
+    assert dw.device.type == "meta" and dw.shape == (16, 1, 3, 3)
+    with pytest.raises(ValueError, match="grad_output shape"):
+        convwgrad.conv2d_weight(x, (16, 1, 3, 3), x, padding=0, groups=16)
+
+
+def test_disabled_makes_direct_calls_torchs_own():
+    x, ws, dy = depthwise()
+    with convwgrad.disabled(), convwgrad.record_launches() as log:
+        dw = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=16)
+        op = torch.ops.convwgrad.conv_weight(x, dy, list(ws), [1, 1], [1, 1], [1, 1], 16)
+    assert log == []
+    assert torch.equal(dw, torch_weight_grad(x, ws, dy, 1, 1, 1, 16)) and torch.equal(op, dw)
+
+
+def test_op_falls_back_like_eager_for_what_torch_computes():
+    """A patched float64 layer or an empty batch runs stock torch eagerly; through the op
+    (what torch.compile calls) it must give the same answer, not an error."""
+    x, ws, dy = depthwise(dtype=torch.float64)
+    dw = torch.ops.convwgrad.conv_weight(x, dy, list(ws), [1, 1], [1, 1], [1, 1], 16)
+    assert relative_error(dw, torch_dw(x, ws, dy, padding=1, groups=16)) < 1e-12
+    x, ws, dy = depthwise(batch=0)
+    assert not torch.ops.convwgrad.conv_weight(x, dy, list(ws), [1, 1], [1, 1], [1, 1], 16).any()
+
+
+def test_patched_float64_and_empty_batch_layers_compile_like_eager():
+    layer = convwgrad.patch(torch.nn.Conv2d(16, 16, 3, padding=1, groups=16).double())
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    for batch in (2, 0):
+        x = torch.randn(batch, 16, 6, 6, dtype=torch.float64)
+        compiled(x).sum().backward()
+        grad, layer.weight.grad = layer.weight.grad, None
+        layer(x).sum().backward()
+        assert torch.allclose(grad, layer.weight.grad)
+        layer.weight.grad = None
