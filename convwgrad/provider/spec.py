@@ -22,6 +22,25 @@ def pow2_at_least(value: int, floor: int = 1) -> int:
     return size
 
 
+#: tl.dot needs every tile dim >= 16 on all targets.
+MIN_DOT_BLOCK = 16
+BLOCK_DIMS = ("block_m", "block_n", "block_k")
+
+
+def block_size_reasons(tile: "Tile", max_blocks: tuple[int, int, int], min_block: int = MIN_DOT_BLOCK) -> list[str]:
+    """Why ``tile``'s (block_m, block_n, block_k) fall outside ``[min_block, max_blocks]``; []
+    when inside. Every tiled family checks its own bounds here: a pinned or tuned tile past the
+    sizes its kernel is built for must be refused with a reason, not fail at launch."""
+    sizes = [(name, getattr(tile, name)) for name in BLOCK_DIMS]
+    reasons = []
+    small = [f"{name}={size}" for name, size in sizes if size < min_block]
+    if small:
+        reasons.append(f"tl.dot needs tile dims >= {min_block}: {', '.join(small)}")
+    reasons += [f"{name}={size} exceeds the family's largest {name} {limit}"
+                for (name, size), limit in zip(sizes, max_blocks) if size > limit]
+    return reasons
+
+
 def _power_of_two(instance, attribute, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
         raise ValueError(f"{attribute.name} must be a power of two, got {value!r}")

@@ -133,3 +133,18 @@ def test_entries_that_are_not_objects_are_ignored_in_one_warning(cache_file):
                                "an entry is 5, expected an object; entry 1: ")
     assert message.endswith("; ...)")  # the rest counted, not spelt out
     assert caught[0].filename == __file__
+
+
+def test_entry_with_an_oversized_tile_falls_back_to_the_policy(cache_file):
+    """Fuzzing, issue 9: a tuned 4096 x 4096 tile was admitted and crashed at launch."""
+    import attrs
+
+    from convwgrad.provider import Tile
+
+    tuned = convwgrad.plan(P, T, family="wgrad_splitk").spec
+    write_cache(str(cache_file), [(P, T, attrs.evolve(tuned, tile=Tile(block_m=4096, block_n=4096, block_k=16)), 0.01)])
+    chosen, caught = _plan_recording_warnings()
+    assert not chosen.rule.startswith("tuned")
+    assert len(caught) == 1 and "refused now" in str(caught[0].message)
+    assert "block_m=4096 exceeds the family's largest block_m 64" in str(caught[0].message)
+    assert caught[0].filename == __file__
