@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import attrs
 from attrs import field
-from attrs.validators import in_, instance_of
+from attrs.validators import instance_of
 
-from .problem import DTYPES, _positive_int
+from .problem import DTYPES, _positive_int, one_of
 
 
 def cdiv(a: int, b: int) -> int:
@@ -70,7 +70,7 @@ class KernelSpec:
     """
 
     family: str = field(validator=instance_of(str))
-    dtype: str = field(validator=in_(DTYPES))
+    dtype: str = field(validator=one_of(DTYPES))
     tile: Tile | None = field(default=None, validator=attrs.validators.optional(instance_of(Tile)))
     split_k: int = field(default=1, validator=_positive_int)
     #: adjacent depthwise groups one program computes; families gate which degrees they run
