@@ -19,12 +19,21 @@ DTYPES = ("fp16", "bf16", "fp32")
 #: Memory layouts of the activations (input and grad_output).
 LAYOUTS = ("contiguous", "channels_last")
 
+#: Element offsets at or past this do not fit 32-bit index arithmetic: a kernel reaching
+#: them must index in 64 bits (KernelSpec.wide_index).
+INT32_OFFSET_LIMIT = 2**31
+
 _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
 def _positive_int(instance, attribute, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+def _bool(instance, attribute, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be a bool, got {value!r}")
 
 
 def one_of(choices: tuple[str, ...]):
@@ -165,6 +174,11 @@ class ConvProblem:
     dilation: tuple[int, ...] = field(validator=_int_tuple(1))
     dtype: str = field(validator=one_of(DTYPES))
     layout: str = field(default="contiguous", validator=one_of(LAYOUTS))
+    #: An operand is a strided view whose offsets reach INT32_OFFSET_LIMIT although the shapes
+    #: do not (``x[:, :, ::4]`` of a 2**32-element tensor holds 2**30 elements but reaches past
+    #: 2**31): from_tensors reads it off the strides. build() sees no tensors and leaves it False,
+    #: as from_tensors does wherever the shapes alone decide, so equal shapes pose equal problems.
+    wide_strides: bool = field(default=False, validator=_bool)
 
     def __attrs_post_init__(self):
         rank = len(self.input_size)
@@ -292,6 +306,8 @@ class ConvProblem:
                 f"stride={problem.stride}, padding={problem.padding}, dilation={problem.dilation})"
             )
         assert rank == problem.spatial_dims
+        if not problem.needs_wide_index and max(map(_extent, (input, grad_output))) >= INT32_OFFSET_LIMIT:
+            problem = attrs.evolve(problem, wide_strides=True)
         return problem
 
     # ------------------------------------------------------------------ derived
@@ -362,6 +378,13 @@ class ConvProblem:
         return (elems + math.prod(self.weight_size)) * self.element_size
 
     @property
+    def needs_wide_index(self) -> bool:
+        """Whether an operand's element offsets reach INT32_OFFSET_LIMIT: an operand of that many
+        elements (dW included, which dispatch allocates dense), or a strided view reaching that far."""
+        largest = max(math.prod(self.input_shape), math.prod(self.grad_output_shape), math.prod(self.weight_size))
+        return self.wide_strides or largest >= INT32_OFFSET_LIMIT
+
+    @property
     def symmetric_padding(self) -> tuple[int, ...] | None:
         """Per-dim padding when every dim pads both sides equally, else None."""
         if all(lo == hi for lo, hi in self.padding):
@@ -374,7 +397,7 @@ class ConvProblem:
             f"N={self.batch} C={self.in_channels} K={self.out_channels} G={self.groups} "
             f"in={'x'.join(map(str, self.input_size))} f={'x'.join(map(str, self.filter_size))} "
             f"s={_compact(self.stride)} p={_compact(pad)} d={_compact(self.dilation)} "
-            f"{self.dtype} {self.layout}"
+            f"{self.dtype} {self.layout}{' wide-strides' if self.wide_strides else ''}"
         )
 
 
@@ -398,6 +421,12 @@ def _check_is_tensor(name: str, value) -> None:
 
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__module__}.{type(value).__qualname__}")
+
+
+def _extent(tensor) -> int:
+    """Elements from a tensor's first to its farthest through its strides: 1 + sum((size - 1) * stride).
+    A dense tensor's extent is its element count; a view's can be far larger."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
 def _layout_of(tensor) -> str:

@@ -78,7 +78,8 @@ class KernelSpec:
     #: fp32 only: let the matrix units round operands to TF32, as cuDNN does when
     #: ``torch.backends.cudnn.allow_tf32`` is set.
     allow_tf32: bool = field(default=False, validator=instance_of(bool))
-    #: 64-bit element offsets, needed once a tensor holds 2**31 elements or more.
+    #: 64-bit element offsets, needed once an operand reaches offset 2**31 through its shape or
+    #: its strides (ConvProblem.needs_wide_index).
     wide_index: bool = field(default=False, validator=instance_of(bool))
 
     @property

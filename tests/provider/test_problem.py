@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from convwgrad.provider import ConvProblem
+from convwgrad.provider import ConvProblem, plan
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -435,3 +435,51 @@ def test_integer_types_stand_for_ints():
 def test_from_tensors_names_the_field_of_a_wrong_type(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         ConvProblem.from_tensors(*args, **kwargs)
+
+
+# --------------------------------------------------------------- index width from strides (issue 9)
+def _meta(*shape):
+    """A tensor with shape and strides but no memory: 2**32-element bases cost nothing."""
+    return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+
+
+def test_strided_view_past_int32_offsets_needs_wide_index():
+    """x[:, :, ::4] of a 2**32-element tensor holds 2**30 elements but reaches offset ~2**32:
+    the problem says so, so the plan indexes in 64 bits (it raised 'plan with wide_index')."""
+    x = _meta(1, 8, 2**29)[:, :, ::4]
+    assert x.numel() < 2**31 <= sum((n - 1) * s for n, s in zip(x.shape, x.stride()))
+    dy = _meta(1, 8, 2**27 - 2)
+    p = ConvProblem.from_tensors(x, (8, 1, 3), dy, groups=8)
+    assert p.wide_strides and p.needs_wide_index
+    assert p.describe().endswith(" wide-strides")
+    dense = ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(2**27,), filter_size=3)
+    assert not dense.needs_wide_index and p == attrs.evolve(dense, wide_strides=True)
+    for family in ("wgrad_splitk", "wgrad_merged"):
+        assert plan(p, "sm_90", family=family).spec.wide_index
+        assert not plan(dense, "sm_90", family=family).spec.wide_index
+
+
+def test_strided_grad_output_counts_too():
+    x = _meta(1, 8, 2**27)
+    dy = _meta(1, 8, 2**29)[:, :, : 2**27 - 2]  # channel stride 2**29: the last channel starts at 7 * 2**29
+    p = ConvProblem.from_tensors(x, (8, 1, 3), dy, groups=8)
+    assert p.wide_strides and plan(p, "sm_90", family="wgrad_splitk").spec.wide_index
+
+
+def test_shapes_alone_decide_where_they_can():
+    """A view below the limit, and a dense tensor past it, pose the same problem as build():
+    wide_strides is only what the shapes cannot tell."""
+    below = ConvProblem.from_tensors(_meta(1, 8, 2**26)[:, :, ::4], (8, 1, 3), _meta(1, 8, 2**24 - 2), groups=8)
+    assert below == ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(2**24,), filter_size=3)
+    dense = ConvProblem.from_tensors(_meta(1, 8, 2**28), (8, 1, 3), _meta(1, 8, 2**28 - 2), groups=8)
+    assert not dense.wide_strides and dense.needs_wide_index
+    assert dense == ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(2**28,), filter_size=3)
+
+
+def test_wide_strides_is_a_public_field():
+    """A problem built from sizes alone can still ask for 64-bit offsets."""
+    p = ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(16,), filter_size=3)
+    wide = attrs.evolve(p, wide_strides=True)
+    assert plan(wide, "sm_90", family="wgrad_splitk").spec.wide_index
+    with pytest.raises(ValueError, match=r"^wide_strides must be a bool, got .yes.$"):
+        attrs.evolve(p, wide_strides="yes")

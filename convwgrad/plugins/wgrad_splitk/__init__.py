@@ -97,7 +97,8 @@ def tiled_kernel_reasons(problem, spec, target, grids, max_blocks) -> list[str]:
     if spec.allow_tf32 and not allows_tf32(problem, target):
         reasons.append(f"allow_tf32 is set but {problem.dtype} on {target.name} has no TF32 path allowed")
     if launcher.needs_wide_index(problem) and not spec.wide_index:
-        reasons.append("a tensor holds >= 2**31 elements: needs wide_index (64-bit offsets)")
+        reasons.append("an operand's offsets reach 2**31 (its elements or its strides): needs wide_index "
+                       "(64-bit offsets)")
     if not block_sizes:  # the grids of a tile the kernel cannot take mean nothing
         for grid in grids(problem, spec):
             for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
