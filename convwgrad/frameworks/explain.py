@@ -3,35 +3,47 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from convwgrad.provider.layout import layout_of
 from convwgrad.provider.plan import Plan, plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
-from .patching import same_padding
+from .patching import _NOT_A_PROBLEM, _autocast, _ints, _layer_problem, _resolve_padding
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
 def _problem(module, input) -> ConvProblem:
-    device = input.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else input.dtype
-    rank = input.dim() - 2
-    input_size, padding = tuple(input.shape[2:]), module.padding
+    """The problem a patched ``module`` dispatches for ``input``: the steps of its ``_conv_forward``
+    and of ``grouped_conv`` up to the dispatch (padding mode, 'same'/'valid', autocast), on this
+    very input, so the report cannot drift from what runs (an even kernel's 'same' pads the input
+    by one first, then symmetrically: in=9x9 p=1 for 8x8, not in=8x8 p=(1,2))."""
+    weight, padding = module.weight, module.padding
     if module.padding_mode != "zeros":  # the module pads the input itself, then convolves unpadded
-        input_size = tuple(s + 2 * p for s, p in zip(input_size, module.padding))
+        input = F.pad(input, module._reversed_padding_repeated_twice, mode=module.padding_mode)
         padding = 0
-    elif padding == "same":
-        padding = tuple(same_padding(module.kernel_size, module.dilation))
-    elif padding == "valid":
-        padding = 0
-    return ConvProblem.build(
-        batch=input.shape[0], groups=module.groups, in_channels=module.in_channels,
-        out_channels=module.out_channels, input_size=input_size, filter_size=module.kernel_size[:rank],
-        stride=module.stride, padding=padding, dilation=module.dilation, dtype=dtype, layout=layout_of(input),
-    )
+    rank = input.dim() - 2
+    stride = _ints(module.stride, rank, "stride")
+    dilation = _ints(module.dilation, rank, "dilation")
+    input, padding = _resolve_padding(input, weight, padding, stride, dilation, rank)
+    input, weight, _ = _autocast(input, weight, None)
+    problem = _layer_problem(input, weight, stride, padding, dilation, module.groups)
+    if problem is _NOT_A_PROBLEM:
+        raise ValueError(
+            f"input {tuple(input.shape)} {input.dtype}, weight {tuple(weight.shape)}, stride={stride}, "
+            f"padding={padding}, dilation={dilation}, groups={module.groups} is no problem convwgrad computes "
+            "(the patched layer runs stock torch)"
+        )
+    return problem
+
+
+def _named_problem(name, module, input) -> ConvProblem:
+    try:
+        return _problem(module, input)
+    except ValueError as exc:
+        raise ValueError(f"{name or type(module).__name__}: {exc}") from exc
 
 
 def layer_plans(model: nn.Module, *inputs, **kwargs) -> list[tuple[str, Plan]]:
@@ -43,7 +55,7 @@ def layer_plans(model: nn.Module, *inputs, **kwargs) -> list[tuple[str, Plan]]:
     for name, module in model.named_modules():
         if isinstance(module, _CONVS) and module.groups > 1:
             hooks.append(module.register_forward_pre_hook(
-                lambda mod, args, name=name: seen.append((name, _problem(mod, args[0])))
+                lambda mod, args, name=name: seen.append((name, _named_problem(name, mod, args[0])))
             ))
     try:
         with torch.no_grad():

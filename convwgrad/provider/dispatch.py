@@ -59,6 +59,8 @@ class LaunchRecord:
     kernel_name: str  # the spec's name
     family: str
     kernels: tuple[str, ...]  # the kernels the family reports it launched
+    #: the problem computed; None where the call went to torch without posing one (float64, empty batch)
+    problem: ConvProblem | None = None
 
 
 #: Open logs, process-wide: autograd runs a CUDA backward on its own worker thread, so a
@@ -81,8 +83,8 @@ def record_launches():
             del _recorders[next(i for i, open_log in enumerate(_recorders) if open_log is log)]
 
 
-def _record(kernel_name: str, family: str, kernels) -> None:
-    record = LaunchRecord(kernel_name, family, tuple(kernels))
+def _record(kernel_name: str, family: str, kernels, problem=None) -> None:
+    record = LaunchRecord(kernel_name, family, tuple(kernels), problem)
     with _recorders_lock:
         for log in _recorders:
             log.append(record)
@@ -97,10 +99,11 @@ _INTERPRETER_LOCK = threading.Lock()
 class _PreparedCall:
     """One call signature's bound launch: run it, allocate what it needs, record it."""
 
-    __slots__ = ("run", "kernels", "kernel_name", "family", "workspace_nbytes", "device", "serialise", "adapt")
+    __slots__ = ("run", "kernels", "kernel_name", "family", "workspace_nbytes", "device", "serialise", "adapt",
+                 "problem")
 
     def __init__(self, run, kernels, kernel_name, family, workspace_nbytes=0, device=None, serialise=False,
-                 adapt=None):
+                 adapt=None, problem=None):
         self.run = run  # (input, grad_output, out, workspace) -> dW
         self.kernels = kernels  # a tuple, or a list the run updates
         self.kernel_name = kernel_name
@@ -109,6 +112,7 @@ class _PreparedCall:
         self.device = device
         self.serialise = serialise
         self.adapt = adapt  # (input, grad_output) -> the pair the launch was bound to, or None
+        self.problem = problem
 
     def __call__(self, input, grad_output, out=None, workspace=None):
         if self.adapt is not None:
@@ -121,7 +125,7 @@ class _PreparedCall:
         else:
             dw = self.run(input, grad_output, out, workspace)
         if _recorders:
-            _record(self.kernel_name, self.family, self.kernels)
+            _record(self.kernel_name, self.family, self.kernels, self.problem)
         return dw
 
 
@@ -151,7 +155,7 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
     else:
         run, kernels = bound.run, tuple(bound.kernels)
     return _PreparedCall(run, kernels, plan.kernel_name, plan.family, plan.workspace_nbytes, input.device,
-                         serialise=plan.target.backend == "interpreter", adapt=adapt)
+                         serialise=plan.target.backend == "interpreter", adapt=adapt, problem=problem)
 
 
 def _planning_context() -> tuple:
@@ -377,7 +381,8 @@ def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilat
         input, grad_output = adapt(input, grad_output)
     problem = ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
     if input.device.type == "meta":  # shapes only, as the custom op's fake kernel
-        return _PreparedCall(lambda x, dy, out, workspace: x.new_empty(problem.weight_size), (), "meta", "meta")
+        return _PreparedCall(lambda x, dy, out, workspace: x.new_empty(problem.weight_size), (), "meta", "meta",
+                             problem=problem)
     plan = make_plan(problem, current_target(input.device))
     return _bind(problem, plan, input, grad_output, None, adapt)
 

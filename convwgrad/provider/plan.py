@@ -8,11 +8,11 @@ whether it admits its specs, and lets the selector choose.
 from __future__ import annotations
 
 import math
-import warnings
 import weakref
 
 import attrs
 
+from .diagnostics import warn_at_caller
 from .manager import families, get_plugin_manager
 from .problem import ConvProblem
 from .registry import Choice
@@ -177,9 +177,11 @@ def plan(problem: ConvProblem, target=None, **pins) -> Plan:
 
 def _tuned(pm, problem, target, spec) -> Plan | None:
     verdict = pm.hook.convwgrad_support(problem=problem, spec=spec, target=target)
+    if verdict is None:
+        verdict = Verdict.refuse(f"no plugin judges family {spec.family!r}")
     if not verdict:
-        warnings.warn(f"tuning cache entry {spec.kernel_name()} for {problem.describe()} is refused now "
-                      f"({verdict}); using the policy", stacklevel=3)
+        warn_at_caller(f"tuning cache entry {spec.kernel_name()} for {problem.describe()} is refused now "
+                       f"({verdict}); using the policy")
         return None
     return plan_spec(problem, spec, target, f"tuned: measured best on {target.name} (tuning cache)")
 

@@ -8,16 +8,20 @@ Every spatial quantity is a tuple with one entry per spatial dimension
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Sequence
 
 import attrs
 from attrs import field
-from attrs.validators import in_
 
 #: Supported element types, by the short names the CLI and kernel names use.
 DTYPES = ("fp16", "bf16", "fp32")
 #: Memory layouts of the activations (input and grad_output).
 LAYOUTS = ("contiguous", "channels_last")
+
+#: Element offsets at or past this do not fit 32-bit index arithmetic: a kernel reaching
+#: them must index in 64 bits (KernelSpec.wide_index).
+INT32_OFFSET_LIMIT = 2**31
 
 _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
@@ -25,6 +29,22 @@ _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 def _positive_int(instance, attribute, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+def _bool(instance, attribute, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be a bool, got {value!r}")
+
+
+def one_of(choices: tuple[str, ...]):
+    """Validator: the value is one of ``choices``; the error names the field, the value and the choices."""
+    def check(instance, attribute, value):
+        if value not in choices:
+            raise ValueError(
+                f"{attribute.name} {value!r} is not supported; supported {attribute.name}s: {', '.join(choices)}"
+            )
+
+    return check
 
 
 def _int_tuple(minimum: int):
@@ -63,10 +83,49 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
-def _spatial(name: str, value: int | Sequence[int], rank: int) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,) * rank
-    value = tuple(value)
+def _int_or_none(value) -> int | None:
+    """``value`` as an int when it is an integer (int, numpy or 0-d torch integer); None for
+    anything else, floats and bools included: ``stride=2.0`` or ``True`` is a mistake, not a 2 or a 1."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _as_int(name: str, value, what: str = "an int") -> int:
+    number = _int_or_none(value)
+    if number is None:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return number
+
+
+def _ints_or_none(value) -> tuple[int, ...] | None:
+    """``value`` as a tuple of ints when it is a sequence of integers (see _int_or_none), else None."""
+    if isinstance(value, str):
+        return None
+    try:
+        numbers = tuple(map(_int_or_none, value))
+    except TypeError:  # not iterable
+        return None
+    return None if None in numbers else numbers
+
+
+def _int_sequence(name: str, value, what: str) -> tuple[int, ...]:
+    """``value`` (a sequence of integers) as a tuple of ints; ValueError naming ``name`` otherwise."""
+    numbers = _ints_or_none(value)
+    if numbers is None:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return numbers
+
+
+def _spatial(name: str, value: int | Sequence[int], rank: int, what: str | None = None) -> tuple[int, ...]:
+    """One int per spatial dim from an int or a sequence; ``what`` describes what is accepted."""
+    number = _int_or_none(value)
+    if number is not None:
+        return (number,) * rank
+    value = _int_sequence(name, value, what or f"an int or a sequence of {rank} ints (one per spatial dim)")
     if len(value) == 1 and rank > 1:
         return value * rank
     if len(value) != rank:
@@ -78,15 +137,22 @@ def _padding(value, rank: int) -> tuple[tuple[int, int], ...]:
     """Accept p, (p_d, p_h, p_w) or ((lo, hi), ...) and return per-side pairs."""
     if isinstance(value, str):
         raise ValueError(f"padding {value!r}: string padding is not supported, give ints")
-    if isinstance(value, int):
-        return ((value, value),) * rank
-    value = tuple(value)
-    if value and all(isinstance(v, (tuple, list)) for v in value):
-        pairs = tuple(tuple(p) for p in value)
+    expected = f"an int, a sequence of {rank} ints (one per spatial dim) or of (before, after) int pairs"
+    number = _int_or_none(value)
+    if number is not None:
+        return ((number, number),) * rank
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ValueError(f"padding must be {expected}, got {value!r}") from None
+    if items and all(isinstance(v, (tuple, list)) for v in items):
+        pairs = tuple(map(_ints_or_none, items))
+        if None in pairs:
+            raise ValueError(f"padding must be {expected}, got {value!r}")
         if len(pairs) != rank:
             raise ValueError(f"padding {value!r} has {len(pairs)} pairs, expected {rank}")
-        return pairs
-    return tuple((p, p) for p in _spatial("padding", value, rank))
+        return pairs  # a pair of other than two entries is refused, naming padding, by the constructor
+    return tuple((p, p) for p in _spatial("padding", items, rank, expected))
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -106,8 +172,13 @@ class ConvProblem:
     stride: tuple[int, ...] = field(validator=_int_tuple(1))
     padding: tuple[tuple[int, int], ...] = field(validator=_padding_pairs)
     dilation: tuple[int, ...] = field(validator=_int_tuple(1))
-    dtype: str = field(validator=in_(DTYPES))
-    layout: str = field(default="contiguous", validator=in_(LAYOUTS))
+    dtype: str = field(validator=one_of(DTYPES))
+    layout: str = field(default="contiguous", validator=one_of(LAYOUTS))
+    #: An operand is a strided view whose offsets reach INT32_OFFSET_LIMIT although the shapes
+    #: do not (``x[:, :, ::4]`` of a 2**32-element tensor holds 2**30 elements but reaches past
+    #: 2**31): from_tensors reads it off the strides. build() sees no tensors and leaves it False,
+    #: as from_tensors does wherever the shapes alone decide, so equal shapes pose equal problems.
+    wide_strides: bool = field(default=False, validator=_bool)
 
     def __attrs_post_init__(self):
         rank = len(self.input_size)
@@ -150,14 +221,16 @@ class ConvProblem:
         dtype: Any = "bf16",
         layout: str = "contiguous",
     ) -> "ConvProblem":
-        """Like the constructor, but scalars broadcast over the spatial dims and ``dtype`` may be a torch dtype."""
-        input_size = tuple(input_size)
+        """Like the constructor, but scalars broadcast over the spatial dims, any integer type
+        stands for an int (never a float or a bool), and ``dtype`` may be a torch dtype."""
+        input_size = _int_sequence("input_size", input_size, "a sequence of ints (one per spatial dim)")
         rank = len(input_size)
+        count = "a positive int"
         return cls(
-            batch=batch,
-            groups=groups,
-            in_channels=in_channels,
-            out_channels=in_channels if out_channels is None else out_channels,
+            batch=_as_int("batch", batch, count),
+            groups=_as_int("groups", groups, count),
+            in_channels=_as_int("in_channels", in_channels, count),
+            out_channels=_as_int("out_channels", in_channels if out_channels is None else out_channels, count),
             input_size=input_size,
             filter_size=_spatial("filter_size", filter_size, rank),
             stride=_spatial("stride", stride, rank),
@@ -179,11 +252,13 @@ class ConvProblem:
         groups: int = 1,
     ) -> "ConvProblem":
         """The problem of ``torch.nn.grad.convNd_weight(input, weight_size, grad_output, ...)``."""
+        _check_is_tensor("input", input)
+        _check_is_tensor("grad_output", grad_output)
         if input.dim() not in (3, 4, 5):
             raise ValueError(
                 f"input must be 3-D, 4-D or 5-D (N, C, *spatial), got shape {tuple(input.shape)}"
             )
-        weight_size = tuple(int(s) for s in weight_size)
+        weight_size = _int_sequence("weight_size", weight_size, "a sequence of ints (out_channels, cpg, *filter)")
         if len(weight_size) != input.dim():
             raise ValueError(
                 f"weight_size {weight_size} has {len(weight_size)} dims, input has {input.dim()}"
@@ -199,7 +274,8 @@ class ConvProblem:
             raise ValueError(
                 f"device mismatch: input is on {input.device}, grad_output is on {grad_output.device}"
             )
-        if not isinstance(groups, int) or groups < 1:
+        groups = _as_int("groups", groups, "a positive int")
+        if groups < 1:
             raise ValueError(f"groups must be a positive int, got {groups!r}")
         batch, in_channels, *spatial = input.shape
         out_channels, cpg, *filter_size = weight_size
@@ -230,6 +306,8 @@ class ConvProblem:
                 f"stride={problem.stride}, padding={problem.padding}, dilation={problem.dilation})"
             )
         assert rank == problem.spatial_dims
+        if not problem.needs_wide_index and max(map(_extent, (input, grad_output))) >= INT32_OFFSET_LIMIT:
+            problem = attrs.evolve(problem, wide_strides=True)
         return problem
 
     # ------------------------------------------------------------------ derived
@@ -300,6 +378,13 @@ class ConvProblem:
         return (elems + math.prod(self.weight_size)) * self.element_size
 
     @property
+    def needs_wide_index(self) -> bool:
+        """Whether an operand's element offsets reach INT32_OFFSET_LIMIT: an operand of that many
+        elements (dW included, which dispatch allocates dense), or a strided view reaching that far."""
+        largest = max(math.prod(self.input_shape), math.prod(self.grad_output_shape), math.prod(self.weight_size))
+        return self.wide_strides or largest >= INT32_OFFSET_LIMIT
+
+    @property
     def symmetric_padding(self) -> tuple[int, ...] | None:
         """Per-dim padding when every dim pads both sides equally, else None."""
         if all(lo == hi for lo, hi in self.padding):
@@ -312,7 +397,7 @@ class ConvProblem:
             f"N={self.batch} C={self.in_channels} K={self.out_channels} G={self.groups} "
             f"in={'x'.join(map(str, self.input_size))} f={'x'.join(map(str, self.filter_size))} "
             f"s={_compact(self.stride)} p={_compact(pad)} d={_compact(self.dilation)} "
-            f"{self.dtype} {self.layout}"
+            f"{self.dtype} {self.layout}{' wide-strides' if self.wide_strides else ''}"
         )
 
 
@@ -329,6 +414,19 @@ def _compact(values) -> str:
     if len(set(values)) == 1 and not isinstance(values[0], tuple):
         return str(values[0])
     return ",".join(map(str, values))
+
+
+def _check_is_tensor(name: str, value) -> None:
+    import torch  # torch is imported only where tensors are
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__module__}.{type(value).__qualname__}")
+
+
+def _extent(tensor) -> int:
+    """Elements from a tensor's first to its farthest through its strides: 1 + sum((size - 1) * stride).
+    A dense tensor's extent is its element count; a view's can be far larger."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
 def _layout_of(tensor) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import attrs
 from attrs import field
-from attrs.validators import in_, instance_of
+from attrs.validators import instance_of
 
-from .problem import DTYPES, _positive_int
+from .problem import DTYPES, _positive_int, one_of
 
 
 def cdiv(a: int, b: int) -> int:
@@ -20,6 +20,25 @@ def pow2_at_least(value: int, floor: int = 1) -> int:
     while size < value:
         size *= 2
     return size
+
+
+#: tl.dot needs every tile dim >= 16 on all targets.
+MIN_DOT_BLOCK = 16
+BLOCK_DIMS = ("block_m", "block_n", "block_k")
+
+
+def block_size_reasons(tile: "Tile", max_blocks: tuple[int, int, int], min_block: int = MIN_DOT_BLOCK) -> list[str]:
+    """Why ``tile``'s (block_m, block_n, block_k) fall outside ``[min_block, max_blocks]``; []
+    when inside. Every tiled family checks its own bounds here: a pinned or tuned tile past the
+    sizes its kernel is built for must be refused with a reason, not fail at launch."""
+    sizes = [(name, getattr(tile, name)) for name in BLOCK_DIMS]
+    reasons = []
+    small = [f"{name}={size}" for name, size in sizes if size < min_block]
+    if small:
+        reasons.append(f"tl.dot needs tile dims >= {min_block}: {', '.join(small)}")
+    reasons += [f"{name}={size} exceeds the family's largest {name} {limit}"
+                for (name, size), limit in zip(sizes, max_blocks) if size > limit]
+    return reasons
 
 
 def _power_of_two(instance, attribute, value):
@@ -51,7 +70,7 @@ class KernelSpec:
     """
 
     family: str = field(validator=instance_of(str))
-    dtype: str = field(validator=in_(DTYPES))
+    dtype: str = field(validator=one_of(DTYPES))
     tile: Tile | None = field(default=None, validator=attrs.validators.optional(instance_of(Tile)))
     split_k: int = field(default=1, validator=_positive_int)
     #: adjacent depthwise groups one program computes; families gate which degrees they run
@@ -59,7 +78,8 @@ class KernelSpec:
     #: fp32 only: let the matrix units round operands to TF32, as cuDNN does when
     #: ``torch.backends.cudnn.allow_tf32`` is set.
     allow_tf32: bool = field(default=False, validator=instance_of(bool))
-    #: 64-bit element offsets, needed once a tensor holds 2**31 elements or more.
+    #: 64-bit element offsets, needed once an operand reaches offset 2**31 through its shape or
+    #: its strides (ConvProblem.needs_wide_index).
     wide_index: bool = field(default=False, validator=instance_of(bool))
 
     @property

@@ -156,10 +156,38 @@ def current_target(device=None) -> TargetInfo:
     return _device_target(device.type, index)
 
 
+#: Device types a target string may name; any other string is a profile name.
+DEVICE_TYPES = ("cuda", "cpu")
+
+
 def resolve_target(target) -> TargetInfo:
     """A TargetInfo from a TargetInfo, a profile name, a device, or None (the current device)."""
     if isinstance(target, TargetInfo):
         return target
-    if target is None or not isinstance(target, str) or target.split(":")[0] in ("cuda", "cpu"):
-        return current_target(target)  # a device: "cpu" means this process's CPU path
-    return profile(target)
+    if target is None:
+        return current_target(None)
+    if isinstance(target, str) and target.split(":")[0] not in DEVICE_TYPES:
+        return profile(target)
+    return current_target(_device(target))  # a device: "cpu" means this process's CPU path
+
+
+def _device(target):
+    """``target`` (a device string or torch.device) as a torch.device this process has;
+    an error naming ``target`` otherwise. An int is refused: torch reads 5 as cuda:5, which a
+    caller of plan(problem, 5) rarely means."""
+    import torch
+
+    if not isinstance(target, (str, torch.device)):
+        raise TypeError(f"target must be a TargetInfo, a profile name ({', '.join(PROFILES)}), a torch.device "
+                        f"or a device string ({', '.join(DEVICE_TYPES)}), or None; got {target!r}")
+    try:
+        device = torch.device(target)
+    except RuntimeError as exc:  # a malformed string such as "cuda:x"
+        raise ValueError(f"target={target!r} is not a device: {exc}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"target={target!r}: this process has no CUDA (or ROCm) device")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"target={target!r}: this process has {count} CUDA device(s), 0 to {count - 1}")
+    return device

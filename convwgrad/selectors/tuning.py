@@ -2,25 +2,29 @@
 
 Written by ``convwgrad sweep ... --tuning-cache FILE`` on a device; read when
 ``CONVWGRAD_TUNING_CACHE=FILE`` is set. Entries are keyed by problem, target
-and device; the file by library version. A corrupt file, a file of another
-library version, or an entry that no longer parses is ignored with a warning,
-never trusted; plan() also re-judges every tuned spec with support().
+and device; the file by library version. A corrupt or malformed file, a file of
+another library version, or an entry that no longer parses is ignored with one
+warning per version of the file (at the user's call), never trusted: the policy
+plans instead. plan() also re-judges every tuned spec with support().
 """
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
 
 import attrs
 
+from convwgrad.provider.diagnostics import warn_at_caller
 from convwgrad.provider.plan import clear_plan_cache
-from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.problem import ConvProblem, problem_from_dict
 from convwgrad.provider.spec import KernelSpec, spec_from_dict
 
 ENV = "CONVWGRAD_TUNING_CACHE"
 FORMAT = 1
+#: Bad entries a warning spells out; the rest are counted. A file of hundreds of bad
+#: entries (another tool's JSON) would otherwise print a warning pages long.
+MAX_REASONS_SHOWN = 3
 
 
 def _version() -> str:
@@ -74,17 +78,56 @@ def write_cache(path: str, entries) -> int:
     return _write(path, records)
 
 
+class MalformedCacheError(ValueError):
+    """The tuning-cache file is not what ``convwgrad sweep`` writes (its message says how)."""
+
+
+def _records(data) -> list:
+    """The entries of a loaded cache file; MalformedCacheError naming what is wrong otherwise."""
+    if not isinstance(data, dict):
+        raise MalformedCacheError(
+            f"the top level is a JSON {type(data).__name__}, expected an object with 'format', "
+            "'library_version' and 'entries'"
+        )
+    if data.get("format") != FORMAT or data.get("library_version") != _version():
+        raise MalformedCacheError(f"stale: format {data.get('format')!r}, library {data.get('library_version')!r} "
+                                  f"(this is format {FORMAT}, library {_version()})")
+    records = data.get("entries")
+    if not isinstance(records, list):
+        raise MalformedCacheError(f"'entries' is {records!r}, expected a list of entries")
+    return records
+
+
+def _entry(record) -> tuple[tuple, KernelSpec]:
+    """(lookup key, spec) of one cache entry; raises naming what is wrong with it."""
+    if not isinstance(record, dict):
+        raise MalformedCacheError(f"an entry is {record!r}, expected an object")
+    fields = record.get("problem")
+    if not isinstance(fields, dict):
+        raise MalformedCacheError(f"'problem' is {fields!r}, expected an object")
+    problem = problem_from_dict(fields)
+    spec = record.get("spec")
+    if not isinstance(spec, dict):
+        raise MalformedCacheError(f"'spec' is {spec!r}, expected an object")
+    target = record.get("target")
+    if not isinstance(target, str):
+        raise MalformedCacheError(f"'target' is {target!r}, expected a profile name")
+    return (_problem_key(problem), target, record.get("device", "")), spec_from_dict(spec)
+
+
 class TuningCache:
     def __init__(self):
         self._source = None  # (path, mtime) of what is loaded
         self._entries: dict = {}
 
     def _load(self, path: str) -> None:
+        """Load ``path`` if it changed; each problem with it is one warning, given once per
+        version of the file, and the policy plans whatever the file cannot answer."""
         try:
             mtime = os.path.getmtime(path)
         except OSError as exc:
             if self._source != (path, None):
-                warnings.warn(f"{ENV}={path}: cannot read it ({exc}); ignoring the tuning cache", stacklevel=4)
+                warn_at_caller(f"{ENV}={path}: cannot read it ({exc}); ignoring the tuning cache")
             self._source, self._entries = (path, None), {}
             return
         if self._source == (path, mtime):
@@ -93,25 +136,21 @@ class TuningCache:
         clear_plan_cache()
         try:
             with open(path) as f:
-                data = json.load(f)
-            if data.get("format") != FORMAT or data.get("library_version") != _version():
-                raise ValueError(f"stale: format {data.get('format')}, library {data.get('library_version')} "
-                                 f"(this is format {FORMAT}, library {_version()})")
-            records = data["entries"]
-        except Exception as exc:
-            warnings.warn(f"{ENV}={path}: ignored ({type(exc).__name__}: {exc})", stacklevel=4)
+                records = _records(json.load(f))
+        except Exception as exc:  # an untrusted file: whatever reading it raises, the policy plans
+            warn_at_caller(f"{ENV}={path}: ignored ({type(exc).__name__}: {exc})")
             return
-        for record in records:
+        bad = []
+        for index, record in enumerate(records):
             try:
-                problem = ConvProblem(**{
-                    **record["problem"],
-                    **{k: tuple(record["problem"][k]) for k in ("input_size", "filter_size", "stride", "dilation")},
-                    "padding": tuple(tuple(p) for p in record["problem"]["padding"]),
-                })
-                spec = spec_from_dict(record["spec"])
-                self._entries[(_problem_key(problem), record["target"], record.get("device", ""))] = spec
-            except Exception as exc:
-                warnings.warn(f"{ENV}={path}: an entry is ignored ({type(exc).__name__}: {exc})", stacklevel=4)
+                key, spec = _entry(record)
+            except Exception as exc:  # as above: one bad entry never stops plan()
+                bad.append(f"entry {index}: {type(exc).__name__}: {exc}")
+                continue
+            self._entries[key] = spec
+        if bad:
+            shown = "; ".join(bad[:MAX_REASONS_SHOWN]) + ("; ..." if len(bad) > MAX_REASONS_SHOWN else "")
+            warn_at_caller(f"{ENV}={path}: {len(bad)} of {len(records)} entries ignored ({shown})")
 
     def lookup(self, problem: ConvProblem, target) -> KernelSpec | None:
         path = os.environ.get(ENV)

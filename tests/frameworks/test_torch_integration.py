@@ -263,10 +263,60 @@ def test_explain_model_names_each_grouped_layer_and_its_kernel():
 def test_layer_plans_pose_the_problem_torch_computes():
     model = nn.Sequential(nn.Conv2d(8, 8, 4, padding="same", groups=8), nn.Identity())
     (name, chosen), = convwgrad.layer_plans(model, torch.randn(2, 8, 7, 7))
-    assert name == "0" and chosen.problem.padding == ((1, 2), (1, 2))
+    # as patching.grouped_conv dispatches it: 'same' with an even kernel pads the input by one
+    # first (F.pad), then symmetrically
+    assert name == "0" and chosen.problem.input_size == (8, 8) and chosen.problem.padding == ((1, 1), (1, 1))
     reflect = nn.Conv2d(8, 8, 3, padding=1, groups=8, padding_mode="reflect")
     (_, chosen), = convwgrad.layer_plans(reflect, torch.randn(2, 8, 7, 7))
     assert chosen.problem.input_size == (9, 9) and chosen.problem.padding == ((0, 0), (0, 0))
+
+
+class Parallel(nn.Module):
+    """Every layer applied to the same input, so layers of any padding sit in one model."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        return sum(layer(x).square().mean() for layer in self.layers)
+
+
+def _layers(conv, channels, mode):
+    return [conv(channels, channels, k, padding=padding, groups=channels, padding_mode=mode)
+            for padding in ("same", "valid", 1, 2) for k in (3, 4)]
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "circular"])
+@pytest.mark.parametrize("conv, shape", [(nn.Conv2d, (2, 4, 7, 6)), (nn.Conv1d, (2, 4, 9))], ids=["2d", "1d"])
+def test_layer_plans_report_the_problem_dispatched(conv, shape, mode):
+    """Fuzzing, issue 9: 'same'/'valid' with a padding mode crashed explain, and an even kernel's
+    'same' was reported as in=8x8 p=(1,2) while in=9x9 p=1 was dispatched."""
+    torch.manual_seed(3)
+    model = Parallel(*_layers(conv, shape[1], mode))
+    x = torch.randn(shape)
+    reported = convwgrad.layer_plans(model, x)
+    assert [name for name, _ in reported] == [f"layers.{i}" for i in range(8)]
+
+    with convwgrad.record_launches() as log:
+        convwgrad.patch(model)(x).backward()
+    backward_order = list(reversed(reported))  # the backward reaches the last layer first
+    assert [r.problem for r in log] == [p.problem for _, p in backward_order]
+    assert [r.kernel_name for r in log] == [p.kernel_name for _, p in backward_order]
+
+
+def test_layer_plans_under_autocast_report_the_cast_problem():
+    model = Parallel(*_layers(nn.Conv2d, 4, "reflect")[:2])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reported = convwgrad.layer_plans(model, torch.randn(2, 4, 7, 7))
+    assert {p.problem.dtype for _, p in reported} == {"bf16"}
+
+
+def test_layer_plans_name_a_layer_convwgrad_does_not_compute():
+    model = nn.Sequential(nn.Conv2d(4, 4, 3, groups=4)).double()
+    with pytest.raises(ValueError, match=r"^0: input \(2, 4, 6, 6\) torch.float64, weight \(4, 1, 3, 3\).* is no problem "
+                                         r"convwgrad computes \(the patched layer runs stock torch\)$"):
+        convwgrad.layer_plans(model, torch.randn(2, 4, 6, 6, dtype=torch.float64))
 
 
 class SameConv2d(nn.Conv2d):

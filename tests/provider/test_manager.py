@@ -137,6 +137,40 @@ def test_without_disable_env_splitk_is_chosen(pm):
     assert plan(_problem(groups=4), "gfx950").family == "wgrad_splitk"
 
 
+@pytest.mark.parametrize("family, plugin", [
+    ("wgrad_merged", "convwgrad.plugins.wgrad_merged"),
+    ("wgrad_splitk", "convwgrad.plugins.wgrad_splitk"),
+    ("aten", "convwgrad.plugins.aten_fallback"),
+])
+def test_disable_env_takes_family_names(monkeypatch, recwarn, family, plugin):
+    """Fuzzing, issue 9: the name explain() prints ("wgrad_merged") blocked nothing, silently."""
+    monkeypatch.setenv(DISABLE_ENV, family)
+    pm = build_plugin_manager()
+    assert pm.is_blocked(plugin) and pm.get_plugin(plugin) is None
+    assert families(pm).names() == [name for name in BUILTIN_FAMILIES if name != family]
+    assert not recwarn.list
+
+
+def test_disable_env_family_and_plugin_name_of_one_plugin(monkeypatch, recwarn):
+    monkeypatch.setenv(DISABLE_ENV, "wgrad_merged,convwgrad.plugins.wgrad_merged, aten")
+    pm = build_plugin_manager()
+    assert families(pm).names() == ["wgrad_splitk"]
+    assert not recwarn.list  # the family of a plugin blocked by its path is still a known name
+
+
+def test_disable_env_unknown_name_warns_listing_the_known_ones(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "wgrad_mergd, aten,convwgrad.plugins.nothing")
+    with pytest.warns(UserWarning) as caught:
+        pm = build_plugin_manager()
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert str(caught[0].message) == (
+        f"{DISABLE_ENV}: 'wgrad_mergd', 'convwgrad.plugins.nothing' names no plugin and no kernel family, so it "
+        "disables nothing; known: families aten, wgrad_merged, wgrad_splitk; plugins "
+        + ", ".join(sorted(BUILTINS))
+    )
+    assert families(pm).names() == ["wgrad_merged", "wgrad_splitk"]  # the known name still blocks
+
+
 # --------------------------------------------------------------- entry points
 TOY_MODULE = "convwgrad_toy_plugin_for_tests"
 TOY_FILL = 7.0
@@ -233,6 +267,18 @@ def test_entrypoint_blocked_by_env(toy_dist, monkeypatch):
     pm = build_plugin_manager()
     assert pm.get_plugin("toy") is None
     assert "toy" not in families(pm)
+
+
+def test_entrypoint_family_blocked_by_its_family_name(toy_dist, monkeypatch, recwarn):
+    monkeypatch.setenv(DISABLE_ENV, "toy")  # here the entry point and the family share the name
+    assert "toy" not in families(build_plugin_manager())
+    # rename the entry point: only the family is "toy" now
+    (toy_dist / "convwgrad_toy-0.1.dist-info" / "entry_points.txt").write_text(
+        f"[{ENTRYPOINT_GROUP}]\ntoy-kernels = {TOY_MODULE}\n")
+    importlib.invalidate_caches()
+    pm = build_plugin_manager()
+    assert pm.is_blocked("toy-kernels") and "toy" not in families(pm)
+    assert not recwarn.list
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx950", "interpreter", "cpu"])

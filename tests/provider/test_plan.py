@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import pickle
+import re
 
 import attrs
 import pytest
@@ -102,7 +103,7 @@ def test_tile_validation(kwargs, match):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(split_k=0), r"split_k must be a positive int, got 0"),
     (dict(group_merge=0), r"group_merge must be a positive int, got 0"),
-    (dict(dtype="fp64"), r"'dtype' must be in"),
+    (dict(dtype="fp64"), r"^dtype 'fp64' is not supported; supported dtypes: fp16, bf16, fp32$"),
 ], ids=["split_k", "group_merge", "dtype"])
 def test_spec_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -257,6 +258,26 @@ def test_bad_pins(pins, error, match):
 def test_unknown_target_profile():
     with pytest.raises(ValueError, match=r"unknown target profile 'sm_1000'"):
         plan(MBV2, "sm_1000")
+
+
+@pytest.mark.parametrize("target", [5, 0, True, 2.5, ["sm_90"]], ids=["int", "zero", "bool", "float", "list"])
+def test_target_of_a_wrong_type_is_named(target):
+    """Fuzzing, issue 9: plan(p, 5) asked torch for cuda:5 and raised 'Cannot access accelerator device'."""
+    with pytest.raises(TypeError, match=r"^target must be a TargetInfo, a profile name \(sm_90, .*\), a torch.device "
+                                        r"or a device string \(cuda, cpu\), or None; got " + re.escape(repr(target))):
+        plan(MBV2, target)
+
+
+@pytest.mark.parametrize("target, match", [
+    ("cuda:x", r"^target='cuda:x' is not a device: "),
+    pytest.param("cuda", r"^target='cuda': this process has no CUDA \(or ROCm\) device$",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this process has a GPU")),
+    pytest.param(torch.device("cuda", 1), r"^target=device\(type='cuda', index=1\): this process has no CUDA",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this process has a GPU")),
+])
+def test_target_device_this_process_lacks_is_named(target, match):
+    with pytest.raises(ValueError, match=match):
+        plan(MBV2, target)
 
 
 # --------------------------------------------------------------- CPU and interpreter

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from convwgrad.provider import ConvProblem
+from convwgrad.provider import ConvProblem, plan
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -261,7 +261,7 @@ def _direct(**changes):
     (dict(dtype=torch.float64), r"dtype torch.float64 is not supported"),
     (dict(dtype=torch.int32), r"dtype torch.int32 is not supported"),
     (dict(dtype="fp64"), r"dtype 'fp64' is not supported"),
-    (dict(layout="nhwc"), r"'layout' must be in .*'nhwc'"),
+    (dict(layout="nhwc"), r"^layout 'nhwc' is not supported; supported layouts: contiguous, channels_last$"),
 ]))
 def test_build_errors(changes, match):
     with pytest.raises(ValueError, match=match):
@@ -277,7 +277,7 @@ def test_build_errors(changes, match):
     (dict(filter_size=(3, 3.0)), r"filter_size must be a tuple of ints"),
     (dict(padding=(0, 0)), r"padding must be a tuple of \(before, after\) int pairs, got \(0, 0\)"),
     (dict(groups=True), r"groups must be a positive int, got True"),
-    (dict(dtype="fp64"), r"'dtype' must be in .*'fp64'"),
+    (dict(dtype="fp64"), r"^dtype 'fp64' is not supported; supported dtypes: fp16, bf16, fp32$"),
 ]))
 def test_constructor_errors(changes, match):
     with pytest.raises(ValueError, match=match):
@@ -354,7 +354,7 @@ def test_evolve_makes_a_new_problem():
     (dict(filter_size=(7, 7)), r"output size \(0, 0\) < 1"),
     (dict(stride=(0, 1)), r"stride entries must be >= 1"),
     (dict(padding=((0, 0),)), r"padding .* has 1 spatial dims but input_size"),
-    (dict(dtype="fp64"), r"'dtype' must be in"),
+    (dict(dtype="fp64"), r"dtype 'fp64' is not supported"),
 ]))
 def test_evolve_revalidates(changes, match):
     p = ConvProblem.build(batch=2, groups=4, in_channels=8, input_size=(6, 6), filter_size=3)
@@ -365,3 +365,121 @@ def test_evolve_revalidates(changes, match):
 def test_padding_rejects_bools():
     with pytest.raises(ValueError, match=re.escape("padding")):
         ConvProblem.build(batch=1, groups=1, in_channels=1, input_size=(6, 6), filter_size=3, padding=True)
+
+
+# --------------------------------------------------------------- fuzzed arguments (issue 9)
+_PAD = r"padding must be an int, a sequence of 2 ints \(one per spatial dim\) or of \(before, after\) int pairs, got "
+_STRIDE = r"stride must be an int or a sequence of 2 ints \(one per spatial dim\), got "
+
+
+@pytest.mark.parametrize("changes, match", _cases([
+    (dict(padding=1.5), _PAD + r"1\.5$"),
+    (dict(padding=None), _PAD + r"None$"),
+    (dict(padding=(1.0, 1)), _PAD + r"\(1\.0, 1\)$"),
+    (dict(padding=((1, 1.0), (0, 0))), _PAD + r"\(\(1, 1\.0\), \(0, 0\)\)$"),
+    (dict(padding=((1, True), (0, 0))), _PAD + r"\(\(1, True\), \(0, 0\)\)$"),
+    (dict(padding=(True, 1)), _PAD + r"\(True, 1\)$"),
+    (dict(stride=None), _STRIDE + r"None$"),
+    (dict(stride=2.0), _STRIDE + r"2\.0$"),
+    (dict(stride=(2.0, 1)), _STRIDE + r"\(2\.0, 1\)$"),
+    (dict(stride=True), _STRIDE + r"True$"),
+    (dict(stride=(1, False)), _STRIDE + r"\(1, False\)$"),
+    (dict(stride="2"), _STRIDE + r"'2'$"),
+    (dict(dilation=1.0), r"^dilation must be an int or a sequence of 2 ints \(one per spatial dim\), got 1\.0$"),
+    (dict(filter_size=None), r"^filter_size must be an int or a sequence of 2 ints .*, got None$"),
+    (dict(input_size=8), r"^input_size must be a sequence of ints \(one per spatial dim\), got 8$"),
+    (dict(input_size=(8.0, 8)), r"^input_size must be a sequence of ints \(one per spatial dim\), got \(8\.0, 8\)$"),
+    (dict(batch=2.0), r"^batch must be a positive int, got 2\.0$"),
+    (dict(groups=True), r"^groups must be a positive int, got True$"),
+    (dict(in_channels=None), r"^in_channels must be a positive int, got None$"),
+    (dict(out_channels=4.0), r"^out_channels must be a positive int, got 4\.0$"),
+]))
+def test_build_names_the_field_of_a_non_int(changes, match):
+    """Fuzzing, issue 9: these raised TypeError: 'float' object is not iterable, naming nothing."""
+    with pytest.raises(ValueError, match=match):
+        ConvProblem.build(**_base(**changes))
+
+
+@pytest.mark.parametrize("field", ["stride", "dilation", "padding"])
+def test_float_refused_whatever_came_before(field):
+    """Validation does not depend on call order: the int is accepted, the equal float never."""
+    for _ in range(2):
+        assert ConvProblem.build(**_base(**{field: 2}, input_size=(9, 9)))
+        with pytest.raises(ValueError, match=f"^{field} must be an int"):
+            ConvProblem.build(**_base(**{field: 2.0}, input_size=(9, 9)))
+        with pytest.raises(ValueError, match=f"^{field} must be an int"):
+            ConvProblem.from_tensors(torch.randn(1, 4, 9, 9), (4, 2, 3, 3), torch.randn(1, 4, 3, 3), groups=2,
+                                     **{field: 2.0})
+        assert ConvProblem.from_tensors(torch.randn(1, 4, 9, 9), (4, 2, 3, 3), torch.randn(1, 4, 4, 4), groups=2,
+                                        stride=2)
+
+
+def test_integer_types_stand_for_ints():
+    np = pytest.importorskip("numpy")
+    plain = ConvProblem.build(**_base(stride=2, padding=(1, 0)))
+    assert ConvProblem.build(**_base(batch=np.int64(2), stride=np.int32(2), padding=np.array([1, 0]))) == plain
+    assert ConvProblem.build(**_base(stride=torch.tensor(2), padding=torch.tensor([1, 0]))) == plain
+    assert type(ConvProblem.build(**_base(batch=np.int64(2))).batch) is int
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", _cases([
+    ((X.numpy(), (4, 4, 3, 3), DY), {}, TypeError, r"^input must be a torch.Tensor, got numpy.ndarray$"),
+    ((X, (4, 4, 3, 3), DY.tolist()), {}, TypeError, r"^grad_output must be a torch.Tensor, got builtins.list$"),
+    ((X, (4, 4, 3.0, 3), DY), {}, ValueError, r"^weight_size must be a sequence of ints .*, got \(4, 4, 3\.0, 3\)$"),
+    ((X, None, DY), {}, ValueError, r"^weight_size must be a sequence of ints .*, got None$"),
+    ((X, (4, 4, 3, 3), DY), dict(groups=True), ValueError, r"^groups must be a positive int, got True$"),
+    ((X, (4, 4, 3, 3), DY), dict(groups=1.0), ValueError, r"^groups must be a positive int, got 1\.0$"),
+    ((X, (4, 4, 3, 3), DY), dict(padding=1.5), ValueError, _PAD + r"1\.5$"),
+    ((X, (4, 4, 3, 3), DY), dict(stride=None), ValueError, _STRIDE + r"None$"),
+]))
+def test_from_tensors_names_the_field_of_a_wrong_type(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ConvProblem.from_tensors(*args, **kwargs)
+
+
+# --------------------------------------------------------------- index width from strides (issue 9)
+def _meta(*shape):
+    """A tensor with shape and strides but no memory: 2**32-element bases cost nothing."""
+    return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+
+
+def test_strided_view_past_int32_offsets_needs_wide_index():
+    """x[:, :, ::4] of a 2**32-element tensor holds 2**30 elements but reaches offset ~2**32:
+    the problem says so, so the plan indexes in 64 bits (it raised 'plan with wide_index')."""
+    x = _meta(1, 8, 2**29)[:, :, ::4]
+    assert x.numel() < 2**31 <= sum((n - 1) * s for n, s in zip(x.shape, x.stride()))
+    dy = _meta(1, 8, 2**27 - 2)
+    p = ConvProblem.from_tensors(x, (8, 1, 3), dy, groups=8)
+    assert p.wide_strides and p.needs_wide_index
+    assert p.describe().endswith(" wide-strides")
+    dense = ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(2**27,), filter_size=3)
+    assert not dense.needs_wide_index and p == attrs.evolve(dense, wide_strides=True)
+    for family in ("wgrad_splitk", "wgrad_merged"):
+        assert plan(p, "sm_90", family=family).spec.wide_index
+        assert not plan(dense, "sm_90", family=family).spec.wide_index
+
+
+def test_strided_grad_output_counts_too():
+    x = _meta(1, 8, 2**27)
+    dy = _meta(1, 8, 2**29)[:, :, : 2**27 - 2]  # channel stride 2**29: the last channel starts at 7 * 2**29
+    p = ConvProblem.from_tensors(x, (8, 1, 3), dy, groups=8)
+    assert p.wide_strides and plan(p, "sm_90", family="wgrad_splitk").spec.wide_index
+
+
+def test_shapes_alone_decide_where_they_can():
+    """A view below the limit, and a dense tensor past it, pose the same problem as build():
+    wide_strides is only what the shapes cannot tell."""
+    below = ConvProblem.from_tensors(_meta(1, 8, 2**26)[:, :, ::4], (8, 1, 3), _meta(1, 8, 2**24 - 2), groups=8)
+    assert below == ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(2**24,), filter_size=3)
+    dense = ConvProblem.from_tensors(_meta(1, 8, 2**28), (8, 1, 3), _meta(1, 8, 2**28 - 2), groups=8)
+    assert not dense.wide_strides and dense.needs_wide_index
+    assert dense == ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(2**28,), filter_size=3)
+
+
+def test_wide_strides_is_a_public_field():
+    """A problem built from sizes alone can still ask for 64-bit offsets."""
+    p = ConvProblem.build(batch=1, groups=8, in_channels=8, input_size=(16,), filter_size=3)
+    wide = attrs.evolve(p, wide_strides=True)
+    assert plan(wide, "sm_90", family="wgrad_splitk").spec.wide_index
+    with pytest.raises(ValueError, match=r"^wide_strides must be a bool, got .yes.$"):
+        attrs.evolve(p, wide_strides="yes")

@@ -72,6 +72,9 @@ def block_k_choices(problem, block_m: int, target) -> tuple[int, ...]:
 #: costs more address registers: Gm = 2 at 64 taps a tile spilled on sm_90 (16-48 bytes
 #: of scratch); 32 taps keep it in registers.
 MAX_TAPS_PER_TILE = 32
+#: The largest tile support() admits, pinned or tuned: what the family offers. block_m
+#: holds the merged rows, at most MAX_GROUP_MERGE of them (kpg == 1).
+MAX_BLOCKS = (launcher.MAX_GROUP_MERGE, MAX_BLOCK_N, MAX_BLOCK_K)
 
 
 def tile_for(problem, group_merge: int, block_k: int, target) -> Tile:
@@ -100,9 +103,13 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
 
 def not_supported_reasons(problem, spec, target) -> list[str]:
     reasons = launcher.group_merge_available(problem, spec, target)
+    tile = spec.tile
+    if tile is not None and tile.block_n // spec.group_merge > MAX_TAPS_PER_TILE:
+        reasons.append(f"block_n={tile.block_n} at group_merge={spec.group_merge} is "
+                       f"{tile.block_n // spec.group_merge} taps a tile, over {MAX_TAPS_PER_TILE}: they spill registers")
     if reasons:  # the grids of a degree the gate refuses mean nothing
-        return reasons + tiled_kernel_reasons(problem, spec, target, grids=lambda problem, spec: ())
-    return tiled_kernel_reasons(problem, spec, target, launcher.grids)
+        return reasons + tiled_kernel_reasons(problem, spec, target, lambda problem, spec: (), MAX_BLOCKS)
+    return tiled_kernel_reasons(problem, spec, target, launcher.grids, MAX_BLOCKS)
 
 
 def layout_note(problem, spec, target) -> str:

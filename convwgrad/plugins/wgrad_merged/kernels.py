@@ -43,7 +43,7 @@ def _wgrad_merged_kernel(
     BLOCK_K: tl.constexpr,  # reduction step over N*OD*OH*OW
     DOT_PRECISION: tl.constexpr,  # "ieee" or "tf32" (fp32 operands only)
     IS_UPCAST_OPERANDS: tl.constexpr,  # interpreter only: its bf16 tl.dot is wrong, so dot in fp32
-    IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets for tensors of 2**31 elements or more
+    IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets, for operands whose offsets reach 2**31
     PROMOTE_STEPS: tl.constexpr,  # BLOCK_K steps per matrix-unit accumulator before an fp32 add
 ):
     pid_gs = tl.program_id(0)

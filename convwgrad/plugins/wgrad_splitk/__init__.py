@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.spec import KernelSpec, Tile, pow2_at_least
+from convwgrad.provider.spec import MIN_DOT_BLOCK, KernelSpec, Tile, block_size_reasons, pow2_at_least
 
 from . import launcher
 
@@ -18,8 +18,8 @@ FAMILY = "wgrad_splitk"
 #: Above the aten fallback (0); the merged family will rank above this one.
 PRIORITY = 10
 
-#: tl.dot needs every tile dim >= 16 on all targets.
-MIN_BLOCK = 16
+#: tl.dot's minimum tile dim, the core's (named here for the merged family's tiles too).
+MIN_BLOCK = MIN_DOT_BLOCK
 #: 64x64 fp32 accumulators are 32 registers a thread at 4 warps; larger tiles
 #: only pay for kpg and cpg*taps far above depthwise sizes. Not yet swept.
 MAX_BLOCK_M = 64
@@ -32,6 +32,8 @@ BLOCK_K_CHOICES = (32, 64)
 #: Largest block_k x block_n of fp32 operands: every gathered element holds its own
 #: address and mask, and fp32 tiles of 4096 spilled on sm_90 (24-248 bytes of scratch).
 MAX_FP32_TILE_KN = 2048
+#: The largest tile support() admits, pinned or tuned: what the family offers.
+MAX_BLOCKS = (MAX_BLOCK_M, MAX_BLOCK_N, max(BLOCK_K_CHOICES))
 NUM_WARPS = 4
 #: Software-pipelining depth: Triton's matmul tutorial configs use 3-4 on
 #: Hopper and 2 on CDNA; not yet swept here.
@@ -62,13 +64,19 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
             wide_index=launcher.needs_wide_index(problem),
         )
         for bk in BLOCK_K_CHOICES
-        if problem.dtype != "fp32" or bk * block_n <= MAX_FP32_TILE_KN or bk == BLOCK_K_CHOICES[0]
+        if fp32_tile_fits(problem.dtype, bk, block_n) or bk == BLOCK_K_CHOICES[0]
     ]
 
 
-def tiled_kernel_reasons(problem, spec, target, grids) -> list[str]:
+def fp32_tile_fits(dtype: str, block_k: int, block_n: int) -> bool:
+    """Whether a block_k x block_n operand tile of ``dtype`` stays in registers (MAX_FP32_TILE_KN)."""
+    return dtype != "fp32" or block_k * block_n <= MAX_FP32_TILE_KN
+
+
+def tiled_kernel_reasons(problem, spec, target, grids, max_blocks) -> list[str]:
     """Refusals every tiled Triton family shares: target, dtype, tile, split-K, TF32, index width,
-    grid limits. ``grids(problem, spec)`` gives the family's launch grids."""
+    grid limits. ``grids(problem, spec)`` gives the family's launch grids, ``max_blocks`` its
+    largest (block_m, block_n, block_k)."""
     reasons = []
     if not target.runs_triton:
         reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
@@ -76,10 +84,8 @@ def tiled_kernel_reasons(problem, spec, target, grids) -> list[str]:
         reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
     if spec.tile is None:
         return reasons + ["needs a tile"]
-    small = [f"{n}={v}" for n, v in (("block_m", spec.tile.block_m), ("block_n", spec.tile.block_n),
-                                     ("block_k", spec.tile.block_k)) if v < MIN_BLOCK]
-    if small:
-        reasons.append(f"tl.dot needs tile dims >= {MIN_BLOCK}: {', '.join(small)}")
+    block_sizes = block_size_reasons(spec.tile, max_blocks, MIN_BLOCK)
+    reasons += block_sizes
     blocks = launcher.k_blocks(problem, spec)
     if spec.split_k > blocks:
         reasons.append(
@@ -91,8 +97,9 @@ def tiled_kernel_reasons(problem, spec, target, grids) -> list[str]:
     if spec.allow_tf32 and not allows_tf32(problem, target):
         reasons.append(f"allow_tf32 is set but {problem.dtype} on {target.name} has no TF32 path allowed")
     if launcher.needs_wide_index(problem) and not spec.wide_index:
-        reasons.append("a tensor holds >= 2**31 elements: needs wide_index (64-bit offsets)")
-    if not small:
+        reasons.append("an operand's offsets reach 2**31 (its elements or its strides): needs wide_index "
+                       "(64-bit offsets)")
+    if not block_sizes:  # the grids of a tile the kernel cannot take mean nothing
         for grid in grids(problem, spec):
             for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
                 if size > limit:
@@ -104,7 +111,13 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
     reasons = []
     if spec.group_merge != 1:
         reasons.append(f"group_merge={spec.group_merge}: this family computes one group per program")
-    return reasons + tiled_kernel_reasons(problem, spec, target, launcher.grids)
+    tile = spec.tile
+    if tile is not None and not fp32_tile_fits(spec.dtype, tile.block_k, tile.block_n):
+        reasons.append(
+            f"fp32 block_k x block_n = {tile.block_k} x {tile.block_n} exceeds {MAX_FP32_TILE_KN}: every "
+            "gathered element holds its own address and mask, and larger fp32 tiles spill registers"
+        )
+    return reasons + tiled_kernel_reasons(problem, spec, target, launcher.grids, MAX_BLOCKS)
 
 
 plugin = FamilyPlugin(

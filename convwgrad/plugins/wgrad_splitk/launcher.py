@@ -7,7 +7,7 @@ import math
 import torch
 
 from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
-from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.problem import INT32_OFFSET_LIMIT, ConvProblem
 from convwgrad.provider.layout import TORCH_DTYPES, to_layout
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 from convwgrad.provider.target import TargetInfo, interpreter_enabled
@@ -26,7 +26,7 @@ PROMOTE_STEPS = 64
 #: Largest split-K degree the family accepts: the workspace is split_k * |dW| fp32.
 MAX_SPLIT_K = 1024
 #: Offsets at or above this need 64-bit index arithmetic.
-INT32_LIMIT = 2**31
+INT32_LIMIT = INT32_OFFSET_LIMIT
 
 def padded3(values, fill):
     """A 1-, 2- or 3-tuple of spatial values left-padded to 3 with ``fill``."""
@@ -63,10 +63,9 @@ def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
 
 
 def needs_wide_index(problem: ConvProblem) -> bool:
-    """Whether a tensor holds 2**31 elements or more. The workspace's split
-    offset is always 64-bit, so only one dW's extent counts for it."""
-    largest = max(math.prod(problem.input_shape), math.prod(problem.grad_output_shape), math.prod(problem.weight_size))
-    return largest >= INT32_LIMIT
+    """Whether an operand's offsets reach 2**31, through its shape or (a view) its strides.
+    The workspace's split offset is always 64-bit, so only one dW's extent counts for it."""
+    return problem.needs_wide_index
 
 
 def _strides5(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -175,8 +174,14 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
         validate(problem, spec, target)
     if out is None:
         out = torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
-    if not spec.wide_index and max(map(_max_offset, (input, grad_output, out))) >= INT32_LIMIT:
-        raise ValueError(f"{spec.kernel_name()}: a tensor's offsets exceed int32; plan with wide_index")
+    if not spec.wide_index:
+        for name, tensor in (("input", input), ("grad_output", grad_output), ("out", out)):
+            if _max_offset(tensor) >= INT32_LIMIT:
+                raise ValueError(
+                    f"{spec.kernel_name()}: {name}'s strides {tensor.stride()} reach offset {_max_offset(tensor)}, "
+                    f"past int32, but the plan indexes in 32 bits: pose the problem with "
+                    f"ConvProblem.from_tensors, which reads the strides (or set wide_strides=True)"
+                )
     stage_grids = grids(problem, spec)
     for grid in stage_grids:
         check_grid(grid, target, spec.kernel_name())

@@ -105,3 +105,35 @@ def test_explain_says_how_nchw_is_handled():
     p = ConvProblem.build(batch=2, groups=16, in_channels=16, input_size=(6, 6), filter_size=3, padding=1,
                           dtype="bf16", layout="contiguous")
     assert "loads stay element-wide; use channels_last" in str(convwgrad.explain(p, "sm_90"))
+
+
+@pytest.mark.parametrize("target", ["interpreter", "sm_90"])
+@pytest.mark.parametrize("tile, reasons", [
+    (Tile(block_m=4096, block_n=4096, block_k=16), ["block_m=4096 exceeds the family's largest block_m 64",
+                                                    "block_n=4096 exceeds the family's largest block_n 128",
+                                                    "512 taps a tile, over 32"]),
+    (Tile(block_m=16, block_n=128, block_k=512), ["block_k=512 exceeds the family's largest block_k 256"]),
+], ids=["4096x4096", "block_k-512"])
+def test_oversized_tile_is_refused_with_reasons(target, tile, reasons):
+    """Fuzzing, issue 9: support() checked only the smallest tile, so these crashed at launch."""
+    with pytest.raises(NoCandidateError) as info:
+        convwgrad.plan(problem(groups=16), target, family="wgrad_merged", group_merge=8, tile=tile)
+    for reason in reasons:
+        assert reason in str(info.value)
+
+
+def test_taps_per_tile_are_bounded():
+    """Gm = 2 at 64 taps a tile spilled on sm_90; 32 taps is the family's limit."""
+    p = problem(groups=16, k=9)
+    with pytest.raises(NoCandidateError, match=r"block_n=128 at group_merge=2 is 64 taps a tile, over 32"):
+        convwgrad.plan(p, "sm_90", family="wgrad_merged", group_merge=2, tile=Tile(block_m=16, block_n=128, block_k=64))
+    tile = Tile(block_m=16, block_n=64, block_k=64)
+    assert convwgrad.plan(p, "sm_90", family="wgrad_merged", group_merge=2, tile=tile).spec.tile == tile
+
+
+@pytest.mark.parametrize("p", PROBLEMS, ids=lambda p: p.describe())
+def test_offered_tiles_are_within_the_bounds(p):
+    for target in TARGETS:
+        for spec in wgrad_merged.candidate_specs(p, target):
+            assert not any("exceeds the family's largest" in r or "taps a tile" in r
+                           for r in wgrad_merged.not_supported_reasons(p, spec, target)), spec.kernel_name()
