@@ -11,7 +11,7 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 while (($#)); do
   case $1 in
     host)
-      python3 tools/host_overhead.py --json "$OUT/host_new.json" 2>&1 | tee "$OUT/host_new.txt"
+      python3 tools/host_overhead.py --profile conformer-1d-c256-k31 --json "$OUT/host_new.json" 2>&1 | tee "$OUT/host_new.txt"
       if [[ -d .old_src/convwgrad ]]; then
         PYTHONPATH=$PWD/.old_src python3 tools/host_overhead.py --json "$OUT/host_old.json" 2>&1 | tee "$OUT/host_old.txt"
       fi

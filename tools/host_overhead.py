@@ -90,6 +90,7 @@ def measure(calls):
                                                              device="cuda"))
         except ImportError:
             pass
+        ways["again"] = ways["conv2d_weight"]  # last: a drift over the run shows as a difference
         with convwgrad.record_launches() as log:
             ways["conv2d_weight"]()
         row = {"layer": name, "family": log[-1].family if log else "?"}
@@ -99,14 +100,35 @@ def measure(calls):
     return rows
 
 
+def profile_layer(name, calls):
+    import cProfile
+    import pstats
+
+    x, weight, dy, stride, padding, dilation = tensors(*LAYERS[name])
+    nd_weight = {3: convwgrad.conv1d_weight, 4: convwgrad.conv2d_weight}[x.dim()]
+    call = lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, x.shape[1])  # noqa: E731
+    per_call(call, calls)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    profiler.disable()
+    print(f"cProfile of {calls} calls of {name}:")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json")
+    parser.add_argument("--profile", help="a layer name: cProfile its conv*d_weight calls and print the top")
     args = parser.parse_args(argv)
+    if args.profile:
+        profile_layer(args.profile, args.calls)
     rows = measure(args.calls)
     print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; host us/call (eager us/call)")
-    ways = [w for w in ("aten", "bound", "conv2d_weight", "dispatch", "op") if w in rows[0]]
+    ways = [w for w in ("aten", "bound", "conv2d_weight", "dispatch", "op", "again") if w in rows[0]]
     print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>17}" for w in ways)
           + "   over aten: conv2d_weight / op (host)")
     for r in rows:

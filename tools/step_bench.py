@@ -3,7 +3,7 @@ process, and each grouped layer's dW inside them.
 
 Step: forward, backward and SGD under bf16 autocast, timed with CUDA events (so host time that
 starves the GPU counts, as a user sees it), warm-up first, then stock and patched alternated
-in rounds (ABAB...) so drift hits both; the median of each. Models: any timm name
+step by step (ABAB...) so drift hits both; the median of each. Models: any timm name
 (``timm.create_model(name, pretrained=False)``), the block stacks of tests/frameworks, and the
 large-kernel networks timm lacks (replknet31b, unireplknet_t), each with its batch size.
 
@@ -93,15 +93,16 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile):
         runs[label] = (run, torch.optim.SGD(model.parameters(), lr=1e-3))
         step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
     samples = {"stock": [], "patched": []}
-    for _ in range(rounds):
+    for _ in range(rounds * steps):  # one step each in turn: host-bound eager steps drift by several %
         for label in ("stock", "patched"):
-            samples[label] += step_times(*runs[label], x, target, steps)
+            samples[label] += step_times(*runs[label], x, target, 1)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         families = [p.family for _, p in convwgrad.layer_plans(patched, x)]
     result = {"model": name, "batch": batch, "layout": layout, "compiled": compiled,
               "stock_ms": statistics.median(samples["stock"]), "patched_ms": statistics.median(samples["patched"]),
               "stock_spread_ms": [min(samples["stock"]), max(samples["stock"])],
               "patched_spread_ms": [min(samples["patched"]), max(samples["patched"])],
+              "ratio_of_pairs_median": statistics.median(a / b for a, b in zip(samples["stock"], samples["patched"])),
               "grouped_layers": len(families), "families": {f: families.count(f) for f in sorted(set(families))}}
     if profile:
         result["profile"] = {label: kernel_profile(*runs[label], x, target) for label in ("stock", "patched")}
@@ -267,7 +268,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=DEFAULT_MODELS, help="name:batch,... (timm names, stacks, networks)")
     parser.add_argument("--steps", type=int, default=10, help="steps per round and model")
-    parser.add_argument("--rounds", type=int, default=3, help="ABAB rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --steps steps, stock and patched alternated")
     parser.add_argument("--layouts", default="channels_last,contiguous")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (inductor)")
     parser.add_argument("--layers", action="store_true", help="per grouped layer: dW time inside the model")

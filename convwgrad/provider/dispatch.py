@@ -175,12 +175,21 @@ class _PreparedCalls:
     def __init__(self):
         self._calls: dict = {}
         self._context = None
+        self.generation = 0  # bumped whenever the kept values are dropped
 
-    def get(self, key):
+    def refresh(self) -> int:
         context = _planning_context()
         if context != self._context:
-            self._calls = {}
+            self.clear()
             self._context = context
+        return self.generation
+
+    def clear(self) -> None:
+        self._calls = {}
+        self.generation += 1
+
+    def get(self, key):
+        self.refresh()
         return self._calls.get(key)
 
     def keep(self, key, value) -> None:
@@ -205,7 +214,13 @@ def cached_for_planning(key, compute):
 
 def clear_prepared_calls() -> None:
     """Forget every prepared call (tests; plan()'s own cache is :func:`clear_plan_cache`)."""
-    _prepared._calls = {}
+    _prepared.clear()
+
+
+def planning_generation() -> int:
+    """An int that changes whenever anything plan() reads changes (plugins, TF32 switch, tuning
+    cache, :func:`clear_plan_cache`): what a caller keeping its own routing facts compares."""
+    return _prepared.refresh()
 
 
 def _exact_ints(value):
