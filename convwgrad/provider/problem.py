@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 import attrs
 from attrs import field
-from attrs.validators import in_
 
 #: Supported element types, by the short names the CLI and kernel names use.
 DTYPES = ("fp16", "bf16", "fp32")
@@ -20,6 +19,17 @@ DTYPES = ("fp16", "bf16", "fp32")
 LAYOUTS = ("contiguous", "channels_last")
 
 _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def _one_of(allowed: tuple):
+    """attrs' ``in_`` with a one-line message naming the field, the value and the choices
+    (``in_``'s ValueError also carries the attrs Attribute, whose repr is what ``str()`` shows)."""
+
+    def check(instance, attribute, value):
+        if value not in allowed:
+            raise ValueError(f"'{attribute.name}' must be in ({', '.join(allowed)}), got {value!r}")
+
+    return check
 
 
 def _positive_int(instance, attribute, value):
@@ -106,8 +116,8 @@ class ConvProblem:
     stride: tuple[int, ...] = field(validator=_int_tuple(1))
     padding: tuple[tuple[int, int], ...] = field(validator=_padding_pairs)
     dilation: tuple[int, ...] = field(validator=_int_tuple(1))
-    dtype: str = field(validator=in_(DTYPES))
-    layout: str = field(default="contiguous", validator=in_(LAYOUTS))
+    dtype: str = field(validator=_one_of(DTYPES))
+    layout: str = field(default="contiguous", validator=_one_of(LAYOUTS))
 
     def __attrs_post_init__(self):
         rank = len(self.input_size)
