@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 
 import attrs
+import pluggy
 
 from convwgrad.provider.plan import clear_plan_cache
 from convwgrad.provider.problem import ConvProblem
@@ -74,6 +76,23 @@ def write_cache(path: str, entries) -> int:
     return _write(path, records)
 
 
+#: Where convwgrad's and pluggy's frames live: a warning about the cache skips them.
+_OWN_DIRS = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # convwgrad/
+    os.path.dirname(os.path.abspath(pluggy.__file__)) + os.sep,  # pluggy/
+)
+
+
+def _caller_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel, for the function that calls this, of the first frame outside
+    convwgrad and pluggy: the warning points at the user's plan(), explain() or layer, whatever
+    depth pluggy's hook calling has in its installed version (a fixed count pointed into pluggy)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class TuningCache:
     def __init__(self):
         self._source = None  # (path, mtime) of what is loaded
@@ -84,7 +103,8 @@ class TuningCache:
             mtime = os.path.getmtime(path)
         except OSError as exc:
             if self._source != (path, None):
-                warnings.warn(f"{ENV}={path}: cannot read it ({exc}); ignoring the tuning cache", stacklevel=4)
+                warnings.warn(f"{ENV}={path}: cannot read it ({exc}); ignoring the tuning cache",
+                              stacklevel=_caller_stacklevel())
             self._source, self._entries = (path, None), {}
             return
         if self._source == (path, mtime):
@@ -99,7 +119,7 @@ class TuningCache:
                                  f"(this is format {FORMAT}, library {_version()})")
             records = data["entries"]
         except Exception as exc:
-            warnings.warn(f"{ENV}={path}: ignored ({type(exc).__name__}: {exc})", stacklevel=4)
+            warnings.warn(f"{ENV}={path}: ignored ({type(exc).__name__}: {exc})", stacklevel=_caller_stacklevel())
             return
         for record in records:
             try:
@@ -111,7 +131,8 @@ class TuningCache:
                 spec = spec_from_dict(record["spec"])
                 self._entries[(_problem_key(problem), record["target"], record.get("device", ""))] = spec
             except Exception as exc:
-                warnings.warn(f"{ENV}={path}: an entry is ignored ({type(exc).__name__}: {exc})", stacklevel=4)
+                warnings.warn(f"{ENV}={path}: an entry is ignored ({type(exc).__name__}: {exc})",
+                              stacklevel=_caller_stacklevel())
 
     def lookup(self, problem: ConvProblem, target) -> KernelSpec | None:
         path = os.environ.get(ENV)
