@@ -20,6 +20,21 @@ from .provider.target import current_target
 #: split_k degrees every sweep tries (the planned degree is added); inadmissible ones drop out.
 SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
+#: Seconds a bench of one shape spends per multiply-add of it in Triton's interpreter (no GPU),
+#: over all its configs (each verified, warmed up and timed three times): `convwgrad bench`'s CPU
+#: demo, three shapes of 4.0e4 multiply-adds in all, took 39 s on a 2-core x86 machine. It grows
+#: about linearly: one split-K run of N=8,C=64,28x28,k=3 (3.6e6 multiply-adds) alone took 116 s.
+INTERPRETER_S_PER_MAC = 1e-3
+#: The largest shape, in multiply-adds, the CLI benches in the interpreter unless told to
+#: (--allow-slow): about 100 s at the rate above. A full-size layer is hours to days there (the
+#: README's N=32,C=144,H=W=56,k=3 depthwise layer, 1.3e8 multiply-adds: about 36 hours).
+INTERPRETER_MAX_MACS = 100_000
+
+
+def multiply_adds(problem: ConvProblem) -> int:
+    """The useful multiply-adds of ``problem``'s dW: what the interpreter's time grows with."""
+    return problem.flops // 2
+
 
 
 @attrs.frozen(kw_only=True)
@@ -198,12 +213,13 @@ def format_table(result: ProblemResult) -> str:
         best = ranked[0].time_ms
         floor_note = f"  (min bytes {p.min_bytes / 1e6:.1f} MB; best {p.min_bytes / best / 1e6:.0f} GB/s)"
     lines.append(f"   {len(ranked)} passed, {len(result.failed())} failed verification{floor_note}")
-    lines.append(f"   {'rank':>4} {'time_us':>10} {'x best':>7} {'family':<13} {'gm':>3} {'spk':>4} {'tile':<16} {'rel_err':>9}  kernel")
+    # time_ms, the unit of --json, the results CSV and ConfigResult; four decimals keep the 0.1 us
+    lines.append(f"   {'rank':>4} {'time_ms':>10} {'x best':>7} {'family':<13} {'gm':>3} {'spk':>4} {'tile':<16} {'rel_err':>9}  kernel")
     for rank, r in enumerate(ranked, start=1):
         mark = "  <- plan" if r.planned else ""
         tile = r.spec.tile.name if r.spec.tile else "-"
         lines.append(
-            f"   {rank:>4} {r.time_ms * 1e3:>10.1f} {r.time_ms / ranked[0].time_ms:>7.2f} {r.spec.family:<13} "
+            f"   {rank:>4} {r.time_ms:>10.4f} {r.time_ms / ranked[0].time_ms:>7.2f} {r.spec.family:<13} "
             f"{r.spec.group_merge:>3} {r.spec.split_k:>4} {tile:<16} {r.error:>9.2e}  {r.spec.kernel_name()}{mark}"
         )
     for r in result.failed():
@@ -214,18 +230,25 @@ def format_table(result: ProblemResult) -> str:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal (or forced)."""
+    """Progress on stderr: on a terminal, a bar redrawn in place; elsewhere (a log, a pipe, a job's
+    output) one line per config, so a slow run shows it is moving. ``enabled=False`` draws nothing."""
 
     def __init__(self, label: str, enabled: bool | None = None):
         self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.enabled = True if enabled is None else enabled
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if not self.enabled:
             return
+        stream = sys.stderr  # looked up per call: a test's capture replaces it
+        if not stream.isatty():
+            if done < total:
+                stream.write(f"{self.label}: config {done + 1}/{total} {what}\n")
+                stream.flush()
+            return
         width = 30
         filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r{self.label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what[:50]:<50}")
+        stream.write(f"\r{self.label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what[:50]:<50}")
         if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+            stream.write("\n")
+        stream.flush()

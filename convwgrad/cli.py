@@ -1,4 +1,10 @@
-"""The ``convwgrad`` command: bench, sweep, score, explain, compile."""
+"""The ``convwgrad`` command: bench, sweep, score, explain, compile.
+
+A user's mistake exits with status 2. One that argparse can see in the command line alone
+(a malformed option value) is argparse's message under the usage; one found once the command
+runs (a file that cannot be read, a shape, a target, options that need each other) is one
+``convwgrad: error: ...`` line naming the value.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +12,153 @@ import argparse
 import json
 import os
 import sys
+import warnings
+
+PROG = "convwgrad"
 
 
+class _UsageError(Exception):
+    """A mistake in what the user asked for: one ``convwgrad: error:`` line, exit status 2."""
+
+
+# ------------------------------------------------------------- argument types
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    return tuple(_positive_int(item) for item in text.split(","))
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    try:
+        index, count = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N (e.g. 1/4: every 4th shape from the second)") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"{text}: I must be 0 to N-1 (N={count} shards, numbered from 0)")
+    return index, count
+
+
+# ---------------------------------------------------------------- file checks
+def _check_readable(path: str, option: str) -> None:
+    """Refuse a file that cannot be read before any work starts (a sweep may run for hours)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise _UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+
+
+def _check_writable(path: str, option: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise _UsageError(f"{option} {path}: is a directory")
+    if not os.path.isdir(folder):
+        raise _UsageError(f"{option} {path}: directory {folder} does not exist")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise _UsageError(f"{option} {path}: permission denied")
+
+
+# ------------------------------------------------------------------- problems
 def _problems(args) -> list:
     from .shapes import CPU_DEMO, GPU_DEMO, parse_shape, read_csv
 
     defaults = {"dtype": args.dtype, "layout": args.layout}
+    for path in args.csv or ():
+        _check_readable(path, "--csv")
     problems = [parse_shape(s, **defaults) for s in args.shape or ()]
     for path in args.csv or ():
-        problems += read_csv(path, **defaults)
+        rows = read_csv(path, **defaults)
+        if not rows:
+            raise _UsageError(f"--csv {path}: no shapes in it (a header of shape keys, then one shape per row)")
+        problems += rows
     if not problems and getattr(args, "demo_ok", False):
         import torch
 
         demo = GPU_DEMO if torch.cuda.is_available() else CPU_DEMO
         problems = [parse_shape(s, **defaults) for s in demo]
     if not problems:
-        raise SystemExit("give --shape KEY=VALUE,... or --csv FILE")
+        raise _UsageError("no shape given: give --shape KEY=VALUE,... or --csv FILE")
     return problems
 
 
+def _check_interpreter_sizes(problems, *, allow_slow: bool) -> None:
+    """Without a GPU, refuse (or, told to, announce) the shapes the interpreter takes long over."""
+    import torch
+
+    from .bench import INTERPRETER_MAX_MACS, INTERPRETER_S_PER_MAC, multiply_adds
+
+    if torch.cuda.is_available():
+        return
+    large = [(label, multiply_adds(p)) for label, p in problems if multiply_adds(p) > INTERPRETER_MAX_MACS]
+    if not large:
+        return
+    label, macs = max(large, key=lambda item: item[1])
+    if not allow_slow:
+        others = f" ({len(large)} shapes are over the limit; this is the largest)" if len(large) > 1 else ""
+        raise _UsageError(
+            f"shape {label} has {macs:.2g} multiply-adds{others}: without a GPU the kernels run in the Triton "
+            f"interpreter, about {_duration(macs * INTERPRETER_S_PER_MAC)} for this shape (the limit is "
+            f"{INTERPRETER_MAX_MACS:,}, about {_duration(INTERPRETER_MAX_MACS * INTERPRETER_S_PER_MAC)}). "
+            f"Run it on a GPU, shrink it (N, C, H, W), or pass --allow-slow"
+        )
+    total = sum(macs for _, macs in large) * INTERPRETER_S_PER_MAC
+    print(f"{len(large)} shape(s) over {INTERPRETER_MAX_MACS:,} multiply-adds in the Triton interpreter: "
+          f"about {_duration(total)} (--allow-slow)", file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds / 86400:.0f} days"
+
+
 def _add_problem_args(parser, *, demo: bool):
+    from .shapes import KEYS
+
+    keys = "; ".join(f"{key}: {meaning}" for key, meaning in KEYS.items())
     parser.add_argument("--shape", action="append", metavar="SPEC",
-                        help="e.g. N=32,C=144,H=56,W=56,k=3,s=1,g=144 (repeatable)")
-    parser.add_argument("--csv", action="append", metavar="FILE", help="a CSV file with one shape per row")
+                        help=f"e.g. N=32,C=144,H=56,W=56,k=3,s=1,g=144 (repeatable). Keys: {keys}")
+    parser.add_argument("--csv", action="append", metavar="FILE",
+                        help="a CSV file with one shape per row, its header the --shape keys (repeatable)")
     parser.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
     parser.add_argument("--layout", default="channels_last", choices=("contiguous", "channels_last"))
     parser.set_defaults(demo_ok=demo)
 
 
+def _add_pin_args(parser):
+    parser.add_argument("--family", default=None, help="pin the kernel family (wgrad_merged, wgrad_splitk, aten, ...)")
+    parser.add_argument("--split-k", type=_positive_int, default=None, help="pin the split-K degree")
+    parser.add_argument("--group-merge", type=_positive_int, default=None,
+                        help="pin the merge degree Gm (groups per program, wgrad_merged)")
+
+
+def _pins(args) -> dict:
+    """plan()'s pins from the options given."""
+    given = {"family": args.family, "split_k": args.split_k, "group_merge": args.group_merge}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+# ------------------------------------------------------------------- commands
 def cmd_bench(args) -> int:
     import torch
 
     from .bench import ProgressBar, bench_problem, format_table
 
     problems = _problems(args)
+    _check_interpreter_sizes(problems, allow_slow=args.allow_slow)
     if not torch.cuda.is_available():
         print("no GPU found: running the kernels through the Triton interpreter on the CPU; "
               "timings there mean nothing", file=sys.stderr)
@@ -73,18 +192,28 @@ def cmd_sweep(args) -> int:
     from .scoring import measured_shapes, write_results
     from .shapes import read_csv
 
+    if args.changed_only and not args.confirm_from:
+        raise _UsageError("--changed-only needs --confirm-from RESULTS (the plans it compares against)")
+    _check_readable(args.shapes, "shapes file")
+    if args.confirm_from:
+        _check_readable(args.confirm_from, "--confirm-from")
+    _check_writable(args.output, "--output")
     problems = read_csv(args.shapes, dtype=args.dtype, layout=args.layout)
+    if not problems:
+        raise _UsageError(f"shapes file {args.shapes}: no shapes in it "
+                          "(a header of shape keys, then one shape per row)")
     index, count = args.shard
     problems = problems[index::count]
     if args.resume:
         done = measured_shapes(args.output)
         problems = [(label, p) for label, p in problems if label not in done]
         print(f"resuming: {len(done)} shapes already in {args.output}, {len(problems)} to go", file=sys.stderr)
-    if not torch.cuda.is_available():
-        print("no GPU found: the sweep runs through the Triton interpreter; its timings mean nothing", file=sys.stderr)
     confirm = None
     if args.confirm_from:
         problems, confirm = _confirm_selection(args, problems)
+    _check_interpreter_sizes(problems, allow_slow=args.allow_slow)
+    if not torch.cuda.is_available():
+        print("no GPU found: the sweep runs through the Triton interpreter; its timings mean nothing", file=sys.stderr)
     results = []
     for label, problem in problems:
         progress = ProgressBar(label, enabled=args.progress)
@@ -127,9 +256,14 @@ def cmd_score(args) -> int:
 
     from .scoring import format_score, plot, read_results, replan, score
 
+    if args.replan and len(args.results) != 1:
+        raise _UsageError(f"--replan scores one sweep's results file; {len(args.results)} were given")
+    for path in args.results:
+        _check_readable(path, "results file")
+    for path, option in ((args.plot, "--plot"), (args.tuning_cache, "--tuning-cache")):
+        if path:
+            _check_writable(path, option)
     if args.replan:
-        if len(args.results) != 1:
-            raise SystemExit("--replan scores one sweep's results file")
         scores, unmeasured = replan(args.results[0])
         print(f"the current code's plan, looked up among the sweep's measured configs: {len(scores)} shapes; "
               f"{len(unmeasured)} planned a config the sweep did not time (re-time them with "
@@ -151,45 +285,60 @@ def cmd_score(args) -> int:
 
 def cmd_explain(args) -> int:
     from .provider.plan import explain
+    from .provider.target import resolve_target
 
-    pins = {"split_k": args.split_k} if args.split_k else {}
-    for label, problem in _problems(args):
+    problems = _problems(args)
+    target = resolve_target(args.target)  # before any output: an unknown target is the whole error
+    for label, problem in problems:
+        explanation = explain(problem, target, **_pins(args))  # a refused pin is an error, not a header
         print(f"== {label}")
-        print(explain(problem, args.target, **pins))
+        print(explanation)
     return 0
 
 
 def cmd_compile(args) -> int:
     from .provider.aot import compile as aot_compile
+    from .provider.manager import families
+    from .provider.plan import plan as make_plan
+    from .provider.target import resolve_target
 
-    pins = {"split_k": args.split_k} if args.split_k else {}
-    for label, problem in _problems(args):
-        print(f"== {label}: {problem.describe()} -> {args.target}")
-        kernels = aot_compile(problem, args.target, **pins)
+    problems = _problems(args)
+    target = resolve_target(args.target)
+    pins = _pins(args)
+    for label, problem in problems:
+        # compiled before the header: a target that compiles nothing is an error, not a header
+        kernels = aot_compile(problem, target, **pins)
+        print(f"== {label}: {problem.describe()} -> {target.name}")
         if not kernels:
-            print("   nothing to compile (the plan chose a family with no Triton kernel)")
+            chosen = make_plan(problem, target, **pins)  # cached: the plan compile() just made
+            others = " or ".join(f"--family {name}" for name in families().names() if name != chosen.family)
+            print(f"   nothing to compile: the plan chose family {chosen.family}, which has no Triton kernel"
+                  f"{'; pin another with ' + others if others else ''}\n   rule: {chosen.rule}")
         for kernel in kernels:
             print(f"   {kernel.name}\n      {kernel.isa()}")
     return 0
 
 
 def _add_timing_args(parser):
-    from .bench import SWEEP_SPLITS
+    from .bench import INTERPRETER_MAX_MACS, SWEEP_SPLITS
 
     parser.add_argument("--warmup-ms", type=float, default=25.0)
     parser.add_argument("--rep-ms", type=float, default=100.0)
-    parser.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=SWEEP_SPLITS,
+    parser.add_argument("--splits", type=_positive_ints, default=SWEEP_SPLITS,
                         metavar="S,S,...", help=f"split_k degrees to sweep (default {','.join(map(str, SWEEP_SPLITS))})")
     parser.add_argument("--first-tile-only", action="store_true",
                         help="sweep only each family's (and merge degree's) preferred tile: quicker")
     parser.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
                         help="time CUDA-graph replays, the kernels without host dispatch (default on)")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="progress bar on stderr (default: when stderr is a terminal)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="progress on stderr: a bar on a terminal, else one line per config (default on)")
+    parser.add_argument("--allow-slow", action="store_true",
+                        help=f"without a GPU, run shapes over {INTERPRETER_MAX_MACS:,} multiply-adds too: the "
+                             "Triton interpreter takes hours over a full-size layer")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="convwgrad", description=__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="verify and time every admissible config; rank them")
@@ -204,8 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
     sweep.add_argument("--layout", default="channels_last", choices=("contiguous", "channels_last"))
     sweep.add_argument("--resume", action="store_true", help="skip shapes already in the output; append the rest")
-    sweep.add_argument("--shard", type=lambda v: tuple(int(x) for x in v.split("/")), default=(0, 1),
-                       metavar="I/N", help="sweep every N-th shape starting at I (split a corpus over calls)")
+    sweep.add_argument("--shard", type=_shard, default=(0, 1),
+                       metavar="I/N", help="sweep every N-th shape starting at I, from 0 (split a corpus over calls)")
     sweep.add_argument("--reference-on-device", action="store_true",
                        help="compute the float64 reference on the GPU (faster on large layers)")
     sweep.add_argument("--confirm-from", metavar="RESULTS",
@@ -234,15 +383,20 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="every candidate with its verdict, and the choice")
     _add_problem_args(explain, demo=False)
     explain.add_argument("--target", default=None, help="sm_90, gfx950, ... (default: this machine)")
-    explain.add_argument("--split-k", type=int, default=None, help="pin the split-K degree")
+    _add_pin_args(explain)
     explain.set_defaults(func=cmd_explain)
 
     comp = sub.add_parser("compile", help="compile the planned kernels for a target and read the ISA")
     _add_problem_args(comp, demo=False)
-    comp.add_argument("--target", default="gfx950", help="gfx950 (default), sm_90, ...")
-    comp.add_argument("--split-k", type=int, default=None, help="pin the split-K degree")
+    comp.add_argument("--target", default="gfx950", help="gfx950 (default), gfx942 or sm_90")
+    _add_pin_args(comp)
     comp.set_defaults(func=cmd_compile)
     return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning while a command runs (a tuning cache ignored, say) as one line, like an error."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
@@ -253,11 +407,13 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             # Must be set before the kernels' module is imported (when the plugins load).
             os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        return args.func(args)
-    except ValueError as exc:
-        print(f"convwgrad: error: {exc}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.func(args)
+        except (_UsageError, ValueError) as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

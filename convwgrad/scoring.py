@@ -22,11 +22,29 @@ COLUMNS = ("shape", "problem", "kernel_name", "family", "gm", "spk", "tile", "er
            "note", "target", "device", "problem_json", "spec_json")
 
 
+#: Columns every results file has had; a file without them is not one (a shapes CSV, say).
+REQUIRED_COLUMNS = ("shape", "kernel_name", "family", "passed", "time_ms", "planned")
+
+
+def _results_reader(f, path: str) -> csv.DictReader:
+    """Rows of a results file; a ValueError naming the file when it is not one."""
+    reader = csv.DictReader(f)
+    header = reader.fieldnames or []
+    missing = [column for column in REQUIRED_COLUMNS if column not in header]
+    if missing:
+        has = f"its columns: {', '.join(header)}" if header else "it is empty"
+        raise ValueError(f"{path} is not a results file of `convwgrad sweep`: no column {', '.join(missing)} ({has})")
+    return reader
+
+
 def measured_shapes(path: str) -> set[str]:
     """Shapes a (possibly cut-off) results file already holds, for --resume."""
     try:
         with open(path, newline="") as f:
-            return {row["shape"] for row in csv.DictReader(f)}
+            if not f.read(1):
+                return set()  # created, cut off before its header
+            f.seek(0)
+            return {row["shape"] for row in _results_reader(f, path)}
     except FileNotFoundError:
         return set()
 
@@ -70,7 +88,7 @@ def _time(row: dict) -> float:
 def _rows_by_shape(path: str, keep=lambda row: True) -> dict[str, list[dict]]:
     by_shape: dict[str, list[dict]] = {}
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
+        for row in _results_reader(f, path):
             if keep(row):
                 by_shape.setdefault(row["shape"], []).append(row)
     return by_shape
@@ -105,7 +123,7 @@ class ShapeScore:
 def planned_specs(path: str) -> dict[str, dict]:
     """Per shape, the spec dict of the config the policy chose when the results were taken."""
     with open(path, newline="") as f:
-        return {row["shape"]: json.loads(row["spec_json"]) for row in csv.DictReader(f)
+        return {row["shape"]: json.loads(row["spec_json"]) for row in _results_reader(f, path)
                 if row["planned"] == "True" and row.get("spec_json")}
 
 

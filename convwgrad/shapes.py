@@ -16,7 +16,7 @@ KEYS = {
     "D": "input depth (3-D)",
     "H": "input height (2-D, 3-D)",
     "W": "input width",
-    "L": "input length (1-D; alias of W alone)",
+    "L": "input length (1-D only; alias of W alone)",
     "k": "filter size, every dim (or kd, kh, kw)",
     "s": "stride (default 1)",
     "p": "padding (default d*(k-1)//2, 'same' for odd k at stride 1)",
@@ -24,76 +24,116 @@ KEYS = {
     "dtype": "fp16, bf16 or fp32",
     "layout": "contiguous or channels_last",
 }
+#: per-dim filter sizes, each beside the spatial key it sizes; they override k for that dim
+PER_DIM_FILTER_KEYS = {"kd": "D", "kh": "H", "kw": "W"}
+#: another name of a key, and the key it names
+ALIASES = {"G": "g"}
+_NUMERIC = ("N", "C", "K", "g", "G", "D", "H", "W", "L", "k", "kd", "kh", "kw", "s", "p", "d")
 
 
-def _get(fields: dict, *names, default=None):
-    for name in names:
-        if name in fields and fields[name] not in ("", None):
-            return fields[name]
-    return default
+def _given(fields: dict, name: str):
+    value = fields.get(name)
+    return None if value in ("", None) else value
+
+
+def _int_fields(fields: dict) -> dict:
+    """The numeric keys' values as ints; a value that is not one is refused by its key."""
+    out = {}
+    for key in _NUMERIC:
+        value = _given(fields, key)
+        if value is None:
+            continue
+        try:
+            out[key] = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{key}={value!r} is not an integer") from None
+    return out
 
 
 def problem_from_fields(fields: dict, *, dtype: str = "bf16", layout: str = "channels_last") -> tuple[str, ConvProblem]:
-    """(label, problem) from a dict of the KEYS above; values may be strings."""
-    unknown = set(fields) - set(KEYS) - {"G", "kd", "kh", "kw"}
+    """(label, problem) from a dict of the KEYS above; values may be strings.
+
+    Errors name the key at fault, not the shape: parse_shape() and read_csv() say which shape.
+    """
+    unknown = set(fields) - set(KEYS) - set(ALIASES) - set(PER_DIM_FILTER_KEYS)
     if unknown:
-        raise ValueError(f"unknown shape keys {sorted(unknown)}; known: {', '.join(KEYS)}, kd, kh, kw")
-    num = lambda *names, default=None: (  # noqa: E731
-        int(v) if (v := _get(fields, *names, default=default)) is not None else None
-    )
-    spatial = [(key, num(key)) for key in ("D", "H", "W")]
-    spatial = [(key, v) for key, v in spatial if v is not None]
-    if not spatial and num("L") is not None:
-        spatial = [("W", num("L"))]
+        raise ValueError(f"unknown shape keys {sorted(unknown)}; known: {', '.join(KEYS)}, "
+                         f"{', '.join(PER_DIM_FILTER_KEYS)}, {', '.join(ALIASES)}")
+    num = _int_fields(fields)
+    for alias, key in ALIASES.items():
+        if alias in num and key in num and num[alias] != num[key]:
+            raise ValueError(f"{key}={num[key]} and its alias {alias}={num[alias]} disagree: give one")
+    spatial = [(key, num[key]) for key in ("D", "H", "W") if key in num]
+    if "L" in num:
+        if spatial:
+            raise ValueError(f"L is the length of a 1-D shape; this one also gives "
+                             f"{', '.join(key for key, _ in spatial)}: give L alone, or D, H, W")
+        spatial = [("W", num["L"])]
     if not spatial:
-        raise ValueError(f"shape {fields} gives no spatial size (D, H, W or L)")
-    k = num("k")
+        raise ValueError("no spatial size: give D, H, W (3-D), H, W (2-D) or L (1-D)")
+    dims = {key for key, _ in spatial}
+    stray = [name for name, dim in PER_DIM_FILTER_KEYS.items() if name in num and dim not in dims]
+    if stray:
+        raise ValueError(f"{', '.join(stray)} sizes a dim this shape does not have (it has {', '.join(sorted(dims))})")
     filter_size = []
     for key, _ in spatial:
-        size = num(f"k{key.lower()}", default=k)
+        size = num.get(f"k{key.lower()}", num.get("k"))
         if size is None:
-            raise ValueError(f"shape {fields} gives no filter size for {key} (k or k{key.lower()})")
+            raise ValueError(f"no filter size for {key}: give k (every dim) or k{key.lower()}")
         filter_size.append(size)
-    dilation = num("d", default=1)
-    stride = num("s", default=1)
-    padding_given = num("p")
-    padding = [padding_given if padding_given is not None else dilation * (f - 1) // 2 for f in filter_size]
-    batch, channels = num("N"), num("C")
-    if batch is None or channels is None:
-        raise ValueError(f"shape {fields} needs N and C")
+    dilation = num.get("d", 1)
+    padding = [num["p"] if "p" in num else dilation * (f - 1) // 2 for f in filter_size]
+    missing = [key for key in ("N", "C") if key not in num]
+    if missing:
+        raise ValueError(f"no {' or '.join(missing)}: a shape needs N (batch) and C (input channels)")
     problem = ConvProblem.build(
-        batch=batch,
-        groups=num("g", "G", default=1),
-        in_channels=channels,
-        out_channels=num("K", default=channels),
+        batch=num["N"],
+        groups=num.get("g", num.get("G", 1)),
+        in_channels=num["C"],
+        out_channels=num.get("K", num["C"]),
         input_size=[v for _, v in spatial],
         filter_size=filter_size,
-        stride=stride,
+        stride=num.get("s", 1),
         padding=padding,
         dilation=dilation,
-        dtype=_get(fields, "dtype", default=dtype),
-        layout=_get(fields, "layout", default=layout),
+        dtype=_given(fields, "dtype") or dtype,
+        layout=_given(fields, "layout") or layout,
     )
-    label = _get(fields, "name", default=None) or ",".join(f"{k}={v}" for k, v in fields.items() if k != "name")
+    label = _given(fields, "name") or ",".join(f"{k}={v}" for k, v in fields.items() if k != "name")
     return label, problem
 
 
 def parse_shape(text: str, **defaults) -> tuple[str, ConvProblem]:
+    """(label, problem) of ``N=32,C=144,H=56,W=56,k=3,g=144``; a ValueError names the shape and the key."""
     fields = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"shape item {item!r} is not KEY=VALUE (in {text!r})")
-        fields[key.strip()] = value.strip()
-    return problem_from_fields(fields, **defaults)
+    try:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep:
+                raise ValueError(f"item {item!r} is not KEY=VALUE")
+            if key in fields:
+                raise ValueError(f"{key} is given twice ({key}={fields[key]}, {key}={value.strip()})")
+            fields[key] = value.strip()
+        return problem_from_fields(fields, **defaults)
+    except ValueError as exc:
+        raise ValueError(f"shape {text!r}: {exc}") from None
 
 
 def read_csv(path: str, **defaults) -> list[tuple[str, ConvProblem]]:
+    """(label, problem) per non-blank row of a CSV whose header names KEYS; a ValueError names file and line."""
     with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if any(v.strip() for v in r.values() if v)]
+        reader = csv.DictReader(f)
+        header = [name.strip() for name in reader.fieldnames or ()]
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise ValueError(f"{path}:1: column {', '.join(repeated)} appears twice in the header")
+        rows = [(reader.line_num, r) for r in reader if any(v.strip() for v in r.values() if isinstance(v, str))]
     out = []
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         try:
+            if None in row:  # csv puts a row's cells beyond the header under the key None
+                raise ValueError(f"{len(row[None])} more cells than the header's {len(header)} columns")
             out.append(problem_from_fields({k.strip(): (v or "").strip() for k, v in row.items()}, **defaults))
         except ValueError as exc:
             raise ValueError(f"{path}:{line}: {exc}") from None

@@ -20,12 +20,16 @@ import attrs
 from .manager import get_plugin_manager
 from .plan import plan as make_plan
 from .problem import ConvProblem
-from .target import interpreter_enabled, resolve_target
+from .target import PROFILES, interpreter_enabled, resolve_target
 
 #: A compile of one family's kernels takes seconds; a hung compiler should not hang the caller.
 COMPILE_TIMEOUT_S = 600
 
 _TRITON_DTYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+
+#: Target backends Triton compiles to a GPU binary; the interpreter and the CPU run kernels, or
+#: none, without one.
+COMPILE_BACKENDS = ("cuda", "hip")
 
 
 @attrs.frozen(kw_only=True)
@@ -46,6 +50,11 @@ def compile(problem: ConvProblem, target=None, **spec_overrides) -> list[Compile
     None for the current device. Returns one :class:`CompiledKernel` per kernel.
     """
     target = resolve_target(target)
+    if target.backend not in COMPILE_BACKENDS:
+        compiling = ", ".join(name for name, info in PROFILES.items() if info.backend in COMPILE_BACKENDS)
+        raise ValueError(f"target {target.name} compiles nothing: Triton builds code for "
+                         f"{' and '.join(COMPILE_BACKENDS)} targets only, and it is {target.backend}; "
+                         f"targets that compile: {compiling} (or a GPU device)")
     if interpreter_enabled():
         return _compile_in_subprocess(problem, target, spec_overrides)
     chosen = make_plan(problem, target, **spec_overrides)
@@ -116,8 +125,22 @@ def triton_compile(kernel, args, *, target, num_warps: int, num_stages: int, nam
                 attrs_[(index,)] = [["tt.divisibility", 16]]
     gpu = GPUTarget(target.backend, int(target.arch) if target.backend == "cuda" else target.arch, target.warp_size)
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs_)
-    compiled = triton.compile(src, target=gpu, options={"num_warps": num_warps, "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages, **_fp_fusion_option()}
+    compiled = triton.compile(src, target=gpu, options=options)
     return CompiledKernel(name=name, function=fn.__name__, target=target.name, asm=dict(compiled.asm))
+
+
+def _fp_fusion_option() -> dict:
+    """The FP-fusion choice Triton's JIT makes for the kernels it launches, passed explicitly: the
+    ISA read here is then the one that runs, and Triton 3.9 does not warn on every compile that
+    TRITON_DEFAULT_FP_FUSION is unset (it warns only where the option is left to its default)."""
+    try:
+        from triton import knobs
+
+        language = knobs.language
+        return {"enable_fp_fusion": bool(language.default_fp_fusion and not language.force_disable_fp_fusion)}
+    except (ImportError, AttributeError):  # Triton < 3.9: no such knobs and no warning; its default stands
+        return {}
 
 
 @attrs.frozen

@@ -252,12 +252,18 @@ class Explanation:
 
 
 def explain(problem: ConvProblem, target=None, **pins) -> Explanation:
-    """Every candidate with its verdict, and the choice; ``print()`` it to read it."""
+    """Every candidate with its verdict, and the choice plan() makes (a tuning cache's entry
+    included); ``print()`` it to read it."""
     target = resolve_target(target)
     judged = candidates(problem, target, **pins)
     choice = _choose(problem, target, judged)
     rank = {name: i for i, name in enumerate(families().names())}
     judged = sorted(judged, key=lambda c: rank.get(c[0].family, len(rank)))  # stable: family order kept
+    pm = get_plugin_manager()
+    tuned = None if pins else pm.hook.convwgrad_tuned_spec(problem=problem, target=target)
+    chosen = None if tuned is None else _tuned(pm, problem, target, tuned)
+    if chosen is not None:  # what plan() returns: the tuning cache's entry, still admitted
+        return Explanation(problem, target, judged, chosen)
     if choice is None:
         return Explanation(problem, target, judged, None, str(NoCandidateError.build(problem, target, judged, pins)))
     return Explanation(problem, target, judged, plan_spec(problem, choice.spec, target, choice.rule))

@@ -1,0 +1,7 @@
+"""``python -m convwgrad``: the ``convwgrad`` command (see convwgrad.cli)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
