@@ -2,7 +2,7 @@
 # One device call for the integration issue: host cost (this version and, if .old_src holds an
 # earlier checkout's convwgrad/, that one), training steps of real models with the per-layer
 # breakdown and profile, and/or the GPU test suite. Writes logs under $OUT.
-# Usage (GPU machine, repo root): bash tools/gpu_integration.sh [host] [steps MODELS] [tests] [compiled MODELS]
+# Usage (GPU machine, repo root): bash tools/gpu_integration.sh [host] [steps|layers MODELS TAG] [tests] [compiled MODELS]
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -16,7 +16,10 @@ while (($#)); do
         PYTHONPATH=$PWD/.old_src python3 tools/host_overhead.py --json "$OUT/host_old.json" 2>&1 | tee "$OUT/host_old.txt"
       fi
       shift ;;
-    steps)
+    steps)  # steps MODELS TAG: step times only
+      python3 tools/step_bench.py --models "$2" --json "$OUT/steps_eager_$3.json" 2>&1 | tee "$OUT/steps_eager_$3.txt"
+      shift 3 ;;
+    layers)  # layers MODELS TAG: step times, per-layer breakdown and profile
       python3 tools/step_bench.py --models "$2" --layers --profile --json "$OUT/steps_eager_$3.json" 2>&1 | tee "$OUT/steps_eager_$3.txt"
       shift 3 ;;
     compiled)
