@@ -22,6 +22,10 @@ while (($#)); do
     layers)  # layers MODELS TAG: step times, per-layer breakdown and profile
       python3 tools/step_bench.py --models "$2" --layers --profile --json "$OUT/steps_eager_$3.json" 2>&1 | tee "$OUT/steps_eager_$3.txt"
       shift 3 ;;
+    control)  # control MODELS TAG: an A/A run (two stock copies) with the profile, then patched with it
+      python3 tools/step_bench.py --control --profile --models "$2" --json "$OUT/steps_control_$3.json" 2>&1 | tee "$OUT/steps_control_$3.txt"
+      python3 tools/step_bench.py --profile --models "$2" --json "$OUT/steps_profiled_$3.json" 2>&1 | tee "$OUT/steps_profiled_$3.txt"
+      shift 3 ;;
     compiled)
       python3 tools/step_bench.py --compile --models "$2" --rounds 2 --json "$OUT/steps_compiled.json" 2>&1 | tee "$OUT/steps_compiled.txt"
       shift 2 ;;

@@ -79,11 +79,13 @@ def grouped_convs(model):
             if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) and m.groups > 1]
 
 
-def bench_steps(name, batch, layout, steps, rounds, compiled, profile):
+def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=False):
+    """``control``: the 'patched' model is a second stock copy (an A/A run: what the method
+    reports when nothing differs)."""
     stock, shape, classes = make_model(name)
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     stock = stock.cuda().to(memory_format=fmt)
-    patched = convwgrad.patch(copy.deepcopy(stock))
+    patched = copy.deepcopy(stock) if control else convwgrad.patch(copy.deepcopy(stock))
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(batch, *shape, device="cuda", generator=g).contiguous(memory_format=fmt)
     target = torch.randint(0, classes, (batch,), device="cuda", generator=g)
@@ -93,8 +95,8 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile):
         runs[label] = (run, torch.optim.SGD(model.parameters(), lr=1e-3))
         step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
     samples = {"stock": [], "patched": []}
-    for _ in range(rounds * steps):  # one step each in turn: host-bound eager steps drift by several %
-        for label in ("stock", "patched"):
+    for i in range(rounds * steps):  # one step each in turn (host-bound eager steps drift by several %),
+        for label in (("stock", "patched") if i % 2 else ("patched", "stock")):  # each first half the time
             samples[label] += step_times(*runs[label], x, target, 1)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         families = [p.family for _, p in convwgrad.layer_plans(patched, x)]
@@ -120,15 +122,18 @@ def kernel_profile(model, optimizer, x, target, steps=3):
             step(model, optimizer, x, target)
         torch.cuda.synchronize()
     wall = (time.perf_counter() - start) / steps * 1e3
-    kernels = {}
+    kernels, host_ops = {}, {}
     for event in prof.key_averages():
+        if event.self_cpu_time_total:
+            host_ops[event.key] = (event.self_cpu_time_total / steps / 1e3, event.count // steps)
         cuda_us = getattr(event, "self_device_time_total", None)
         if cuda_us is None:
             cuda_us = getattr(event, "self_cuda_time_total", 0)
         if cuda_us and event.device_type == torch.autograd.DeviceType.CUDA:
             kernels[event.key] = (kernels.get(event.key, (0, 0))[0] + cuda_us / steps / 1e3,
                                   kernels.get(event.key, (0, 0))[1] + event.count // steps)
-    return {"wall_ms_profiled": wall, "cuda_ms": sum(v[0] for v in kernels.values()), "kernels": kernels}
+    return {"wall_ms_profiled": wall, "cuda_ms": sum(v[0] for v in kernels.values()), "kernels": kernels,
+            "host_ms": sum(v[0] for v in host_ops.values()), "host_ops": host_ops}
 
 
 # ----------------------------------------------------------------- per-layer breakdown
@@ -253,15 +258,18 @@ def print_layers(rows):
               f"{ours / 1e3:.2f} ms ({stock / ours:.2f}x)")
 
 
-def print_profile(profile, top=12):
+def print_profile(profile, top=8):
     stock, patched = profile["stock"], profile["patched"]
-    print(f"  profile per step: stock {stock['cuda_ms']:.2f} ms CUDA ({stock['wall_ms_profiled']:.2f} wall), "
-          f"patched {patched['cuda_ms']:.2f} ms CUDA ({patched['wall_ms_profiled']:.2f} wall)")
-    names = set(stock["kernels"]) | set(patched["kernels"])
-    diffs = sorted(names, key=lambda k: -abs(patched["kernels"].get(k, (0, 0))[0] - stock["kernels"].get(k, (0, 0))[0]))
-    for k in diffs[:top]:
-        s, p = stock["kernels"].get(k, (0, 0)), patched["kernels"].get(k, (0, 0))
-        print(f"    {p[0] - s[0]:+8.3f} ms  stock {s[0]:7.3f} ms x{s[1]:<4} patched {p[0]:7.3f} ms x{p[1]:<4} {k[:90]}")
+    print(f"  profile per step: stock {stock['cuda_ms']:.2f} ms CUDA, {stock['host_ms']:.2f} ms host ops "
+          f"({stock['wall_ms_profiled']:.2f} wall); patched {patched['cuda_ms']:.2f} ms CUDA, "
+          f"{patched['host_ms']:.2f} ms host ops ({patched['wall_ms_profiled']:.2f} wall)")
+    for what in ("kernels", "host_ops"):
+        names = set(stock[what]) | set(patched[what])
+        diffs = sorted(names, key=lambda k: -abs(patched[what].get(k, (0, 0))[0] - stock[what].get(k, (0, 0))[0]))
+        for k in diffs[:top]:
+            s, p = stock[what].get(k, (0, 0)), patched[what].get(k, (0, 0))
+            print(f"    {what[:4]} {p[0] - s[0]:+8.3f} ms  stock {s[0]:7.3f} ms x{s[1]:<4} patched {p[0]:7.3f} ms "
+                  f"x{p[1]:<4} {k[:80]}")
 
 
 def main(argv=None):
@@ -274,6 +282,8 @@ def main(argv=None):
     parser.add_argument("--layers", action="store_true", help="per grouped layer: dW time inside the model")
     parser.add_argument("--profile", action="store_true", help="kernel-time differences from torch.profiler")
     parser.add_argument("--json", help="write every result to this file")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A: time a second stock copy in place of the patched model")
     args = parser.parse_args(argv)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
           f"{'compiled' if args.compile else 'eager'}; median step ms over {args.rounds} x {args.steps} steps "
@@ -286,7 +296,7 @@ def main(argv=None):
         for layout in args.layouts.split(","):
             try:
                 result, (stock, patched, x, target) = bench_steps(
-                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile)
+                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile, args.control)
             except Exception as exc:  # one model's failure must not cost the others' numbers
                 import traceback
 
