@@ -11,6 +11,7 @@ non-zero with its traceback on stderr, which the parent reports.
 
 import copy
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -111,7 +112,18 @@ def run(rank: int, world: int, port: int, out_dir: Path) -> None:
             step(ddp, *micro[1], scale=0.5)
         result["no_sync"] = dict(first=first, patched=grads(model), families=[r.family for r in log])
 
-        # 4. FSDP2: each convolution and the root fully_shard()ed after patching, the same step
+        # 4. the same step with a channels_last net and batch: every gradient's strides, and DDP's
+        # warnings (its reducer checks each gradient against its bucket view's strides)
+        model = convwgrad.patch(make_net(batchnorm=False)).to(memory_format=torch.channels_last)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with convwgrad.record_launches() as log:
+                step(DDP(model), x.contiguous(memory_format=torch.channels_last), target)
+        result["channels_last"] = dict(
+            patched=grads(model), families=[r.family for r in log], warnings=[str(w.message) for w in caught],
+            strides={name: (p.stride(), p.grad.stride()) for name, p in model.named_parameters()})
+
+        # 5. FSDP2: each convolution and the root fully_shard()ed after patching, the same step
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor import DTensor
 
