@@ -10,14 +10,11 @@ import torch.nn.functional as F
 import convwgrad
 from convwgrad.provider.reference import relative_error
 
+from grad_checks import BF16_TOL, assert_within_bf16_noise, fp32_reference_grads, grads
+from op_checks import check_compiled_op
 from torch_models import STACKS, build
 
 pytestmark = pytest.mark.gpu
-
-BF16_TOL = 2e-2
-#: inductor fuses and reorders the bf16 norm/activation backward of the compiled model, so its
-#: other parameters' gradients drift further from stock eager than convwgrad's dW does
-COMPILED_TOL = 5e-2
 
 
 def one_step(model, x, target):
@@ -67,18 +64,50 @@ def test_autocast_channels_last_step_matches_stock(name):
 
 
 @pytest.mark.parametrize("name", ["replknet", "convnext"])
-def test_torch_compile_inductor_matches_stock(name):
+def test_torch_compile_inductor_matches_compiled_stock(name, no_tf32):
+    """Patched and stock, both compiled by inductor, on the same weights and batch. Compiled
+    against stock eager would measure inductor's own bf16 drift (a BatchNorm weight's gradient
+    differs by ~100 % between stock compiled and stock eager); compiled against compiled, only
+    convwgrad differs. Each gradient must be within bf16 noise of the fp32 reference (three-way
+    bound), and the dW of each layer convwgrad computes within BF16_TOL of stock compiled's."""
     torch._dynamo.reset()
     stock, patched, x, target = pair(name)
-    one_step(stock, x, target)
-    compiled = torch.compile(patched)
+    reference = fp32_reference_grads(stock, x, target)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        plans = convwgrad.layer_plans(patched, x)
+    ours = [(layer, p) for layer, p in plans if p.family != "aten"]
+    if name == "replknet":  # 31x31: the merged family on CUDA
+        assert [p.family for _, p in ours] == ["wgrad_merged"] * 2
+    one_step(torch.compile(stock), x, target)
     with convwgrad.record_launches() as log:
-        one_step(compiled, x, target)
+        one_step(torch.compile(patched), x, target)
     torch.cuda.synchronize()
     # compiled, every patched layer goes through the op, which picks its plan at run time
     assert len(log) == len(convwgrad.patched_modules(patched))
-    assert len([r for r in log if r.family != "aten"]) == len(convwgrad_layers(patched, x))
-    assert_grads_close(stock, patched, COMPILED_TOL)
+    # the op plans each layer from the strides inductor hands it: compare families, not tiles
+    assert sorted(r.family for r in log if r.family != "aten") == sorted(p.family for _, p in ours)
+    stock_grads, patched_grads = grads(stock), grads(patched)
+    assert_within_bf16_noise(patched_grads, stock_grads, reference, what="patched compiled vs stock compiled")
+    for layer, _ in ours:
+        weight = f"{layer}.weight"
+        err = relative_error(patched_grads[weight], stock_grads[weight].double())
+        assert err <= BF16_TOL, f"{weight}: dW patched compiled vs stock compiled {err:.2e}"
+
+
+@pytest.mark.parametrize("name", ["replknet", "convnext"])
+def test_op_compiled_fullgraph_matches_eager_for_each_patched_layer(name):
+    """Each patched layer's problem through ``torch.ops.convwgrad.conv`` alone, compiled with
+    fullgraph=True against eager (see op_checks.check_compiled_op): dW bitwise for a convwgrad
+    family, grad_input and grad_bias within bf16 tolerance."""
+    torch._dynamo.reset()
+    _, patched, x, _ = pair(name)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        plans = convwgrad.layer_plans(patched, x)
+    layers = {p.problem: patched.get_submodule(layer).bias is not None for layer, p in plans}
+    families = [check_compiled_op(problem, "cuda", bias=bias, seed=i, other_grads_tol=BF16_TOL)
+                for i, (problem, bias) in enumerate(layers.items())]
+    expected = {"replknet": ["wgrad_merged"], "convnext": ["aten"]}[name]  # 7x7 stays with cuDNN on CUDA
+    assert families == expected * len(layers)
 
 
 def test_gradient_accumulation_and_determinism_on_gpu():
