@@ -59,6 +59,15 @@ conv_weight = torch.ops.convwgrad.conv_weight.default
 conv = torch.ops.convwgrad.conv.default
 
 
+def _in_layout_of(weight, grad_weight):
+    """dW with the weight's strides, as stock torch hands it back: DDP lays its buckets out like the
+    parameters and warns otherwise. A depthwise (C, 1, k, k) weight in channels_last differs from
+    contiguous only in the stride of its size-1 dim, so it is re-strided without a copy."""
+    if all(a == b for size, a, b in zip(weight.shape, weight.stride(), grad_weight.stride()) if size > 1):
+        return grad_weight.as_strided(weight.shape, weight.stride())
+    return torch.empty_like(weight, dtype=grad_weight.dtype).copy_(grad_weight)
+
+
 def _conv_setup_context(ctx, inputs, output):
     input, weight, bias, stride, padding, dilation, groups = inputs
     ctx.save_for_backward(input, weight)
@@ -77,6 +86,8 @@ def _conv_backward(ctx, grad_output):
         )
     if wants_weight:
         grad_weight = conv_weight(input, grad_output, list(weight.shape), stride, padding, dilation, groups)
+        if grad_weight.stride() != weight.stride():
+            grad_weight = _in_layout_of(weight, grad_weight)
     return grad_input, grad_weight, grad_bias, None, None, None, None
 
 

@@ -149,12 +149,9 @@ def test_channels_last_ddp_step_equals_one_process_on_the_global_batch(ranks):
         assert_close(result["channels_last"]["patched"], want, f"rank {rank}: channels_last DDP vs one process")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "convwgrad::conv's backward returns dW contiguous whatever the weight's strides: a channels_last "
-    "depthwise weight (C, 1, k, k) gets a gradient with strides (k*k, k*k, k, 1) instead of (k*k, 1, k, 1), "
-    "which AccumulateGrad accepts (they differ on a size-1 dim only) but DDP's reducer flags: 'Grad strides "
-    "do not match bucket view strides'; stock torch returns dW in the weight's layout"))
 def test_channels_last_gradients_have_their_parameters_strides(ranks):
+    """dW comes back in the weight's layout, as stock torch's: DDP's reducer flags a gradient whose
+    strides differ from its bucket view ('Grad strides do not match bucket view strides')."""
     for rank, result in enumerate(ranks):
         mismatched = {name: strides for name, strides in result["channels_last"]["strides"].items()
                       if strides[0] != strides[1]}
