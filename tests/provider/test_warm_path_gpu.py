@@ -1,0 +1,61 @@
+"""The warm path on the GPU: after the first call of a signature the Triton kernels are launched
+directly (KernelLaunch); every later call must compute the same function as a cold one, on fresh
+data, on views whose pointers are not 16-byte aligned, and under CUDA graph capture."""
+
+import pytest
+import torch
+
+import convwgrad
+from convwgrad.provider.reference import reference_weight_grad, relative_error
+
+pytestmark = pytest.mark.gpu
+
+#: (name, input shape, weight shape, padding, family): one single-stage and one split-K layer
+LAYERS = [
+    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, "wgrad_merged"),
+    ("conformer-1d-k31", (8, 256, 200), (256, 1, 31), 15, "wgrad_merged"),
+]
+
+
+def channels_last(t):
+    return t.transpose(1, 2).contiguous().transpose(1, 2) if t.dim() == 3 else t.contiguous(
+        memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("name,shape,wshape,padding,family", LAYERS, ids=[layer[0] for layer in LAYERS])
+def test_repeated_calls_on_fresh_and_misaligned_data(name, shape, wshape, padding, family):
+    nd_weight = {3: convwgrad.conv1d_weight, 4: convwgrad.conv2d_weight}[len(shape)]
+    groups = shape[1]
+    # a buffer one element longer, so a view starting at element 1 is 2-byte, not 16-byte, aligned
+    x_buffer = torch.empty(torch.Size(shape).numel() + 1, device="cuda", dtype=torch.bfloat16)
+    dy_buffer = torch.empty_like(x_buffer)
+    for step, offset in enumerate((0, 0, 0, 1, 0, 1)):
+        x = channels_last(x_buffer[offset:offset + torch.Size(shape).numel()].view(shape).normal_())
+        dy = channels_last(dy_buffer[offset:offset + torch.Size(shape).numel()].view(shape).normal_())
+        with convwgrad.record_launches() as log:
+            dw = nd_weight(x, wshape, dy, 1, padding, 1, groups)
+        assert [r.family for r in log] == [family]
+        problem = convwgrad.ConvProblem.from_tensors(x, wshape, dy, 1, padding, 1, groups)
+        err = relative_error(dw, reference_weight_grad(problem, x, dy, device="cuda"))
+        assert err < 8e-3, f"call {step} (offset {offset}): relative error {err:.2e}"
+
+
+def test_graph_capture_of_a_warm_call_replays_on_new_data():
+    x = torch.randn(16, 128, 14, 14, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn_like(x)
+    convwgrad.conv2d_weight(x, (128, 1, 13, 13), dy, 1, 6, 1, 128)  # warm: the direct launch is armed
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        convwgrad.conv2d_weight(x, (128, 1, 13, 13), dy, 1, 6, 1, 128)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dw = convwgrad.conv2d_weight(x, (128, 1, 13, 13), dy, 1, 6, 1, 128)
+    for _ in range(2):
+        x.normal_(), dy.normal_()
+        dw.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        problem = convwgrad.ConvProblem.from_tensors(x, (128, 1, 13, 13), dy, 1, 6, 1, 128)
+        assert relative_error(dw, reference_weight_grad(problem, x, dy, device="cuda")) < 8e-3
