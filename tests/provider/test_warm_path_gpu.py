@@ -17,9 +17,13 @@ LAYERS = [
 ]
 
 
-def channels_last(t):
-    return t.transpose(1, 2).contiguous().transpose(1, 2) if t.dim() == 3 else t.contiguous(
-        memory_format=torch.channels_last)
+def channels_last_view(buffer, offset, shape):
+    """A channels_last (N, C, *spatial) view of ``buffer`` starting at element ``offset``: no copy,
+    so an odd offset leaves its pointer off 16-byte alignment."""
+    n, c, *spatial = shape
+    numel = torch.Size(shape).numel()
+    flat = buffer[offset:offset + numel].view(n, *spatial, c).normal_()
+    return flat.movedim(-1, 1)
 
 
 @pytest.mark.parametrize("name,shape,wshape,padding,family", LAYERS, ids=[layer[0] for layer in LAYERS])
@@ -30,8 +34,10 @@ def test_repeated_calls_on_fresh_and_misaligned_data(name, shape, wshape, paddin
     x_buffer = torch.empty(torch.Size(shape).numel() + 1, device="cuda", dtype=torch.bfloat16)
     dy_buffer = torch.empty_like(x_buffer)
     for step, offset in enumerate((0, 0, 0, 1, 0, 1)):
-        x = channels_last(x_buffer[offset:offset + torch.Size(shape).numel()].view(shape).normal_())
-        dy = channels_last(dy_buffer[offset:offset + torch.Size(shape).numel()].view(shape).normal_())
+        x = channels_last_view(x_buffer, offset, shape)
+        dy = channels_last_view(dy_buffer, offset, shape)
+        assert (x.data_ptr() % 16 != 0) == bool(offset) and convwgrad.ConvProblem.from_tensors(
+            x, wshape, dy, 1, padding, 1, groups).layout == "channels_last"
         with convwgrad.record_launches() as log:
             dw = nd_weight(x, wshape, dy, 1, padding, 1, groups)
         assert [r.family for r in log] == [family]
