@@ -207,3 +207,17 @@ def test_patched_float64_and_empty_batch_layers_compile_like_eager():
         layer(x).sum().backward()
         assert torch.allclose(grad, layer.weight.grad)
         layer.weight.grad = None
+
+
+@pytest.mark.parametrize("dy_layout", ["same", "other"])
+def test_op_matches_layouts_only_where_they_differ(dy_layout, no_tf32):
+    """The op copies grad_output into the input's layout where autograd handed it over in another
+    (decided once per signature); repeats of either signature stay right on fresh data."""
+    x, ws, dy = depthwise()
+    x = x.contiguous(memory_format=torch.channels_last)
+    if dy_layout == "same":
+        dy = dy.contiguous(memory_format=torch.channels_last)
+    for _ in range(2):
+        x.normal_(), dy.normal_()
+        dw = torch.ops.convwgrad.conv_weight(x, dy, list(ws), [1, 1], [1, 1], [1, 1], 16)
+        assert relative_error(dw, torch_dw(x, ws, dy, padding=1, groups=16)) < 1e-5
