@@ -30,7 +30,10 @@ while (($#)); do
       python3 tools/step_bench.py --compile --models "$2" --rounds 2 --json "$OUT/steps_compiled.json" 2>&1 | tee "$OUT/steps_compiled.txt"
       shift 2 ;;
     tests)
-      python3 -m pytest tests -q -m gpu -p no:cacheprovider -n 8 --durations=10 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
+      # 4 workers of 4 threads: 12 workers with torch's default 16 intra-op threads each (the float64
+      # CPU references) ran 19 tests in 290 s on the 16-core machine; one process ran 154 in 433 s
+      OMP_NUM_THREADS=4 python3 -m pytest tests -v -m gpu -p no:cacheprovider -p no:benchmark -n 4 --durations=10 2>&1 \
+        | tee "$OUT/pytest_gpu.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -40
       shift ;;
     *) echo "unknown step $1"; exit 2 ;;
   esac
