@@ -5,7 +5,8 @@ enqueue the loop (no synchronisation inside it), eager us/call the loop plus the
 synchronisation. Ways: ``aten`` (``aten.convolution_backward`` with a real weight, as
 autograd calls it), ``conv2d_weight``, ``dispatch`` (``dispatch_conv_grouped`` with the
 problem built once), ``op`` (``torch.ops.convwgrad.conv_weight``), and ``bound`` (the
-prepared call's launch alone: the raw kernels, where this version has it).
+prepared call's launch alone: the raw kernels, where this version has it) and ``bound_jit`` (the
+same through Triton's JIT launch on every call).
 The layers are small, so the GPU keeps up with the host and the host cost shows.
 
 Usage (GPU machine): python tools/host_overhead.py [--calls 200] [--json FILE]
@@ -90,6 +91,19 @@ def measure(calls):
                                                              device="cuda"))
         except ImportError:
             pass
+        try:  # the same launch through Triton's JIT on every call, for the direct launch's gain
+            from convwgrad.plugins.wgrad_splitk import launcher
+
+            supported, launcher.direct_launch_supported = launcher.direct_launch_supported, lambda: False
+            try:
+                jit_prepared = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
+            finally:
+                launcher.direct_launch_supported = supported
+            ways["bound_jit"] = lambda: jit_prepared.run(
+                x, dy, None, None if not jit_prepared.workspace_nbytes else
+                torch.empty(jit_prepared.workspace_nbytes, dtype=torch.uint8, device="cuda"))
+        except (ImportError, AttributeError):
+            pass
         ways["again"] = ways["conv2d_weight"]  # last: a drift over the run shows as a difference
         with convwgrad.record_launches() as log:
             ways["conv2d_weight"]()
@@ -128,7 +142,7 @@ def main(argv=None):
         profile_layer(args.profile, args.calls)
     rows = measure(args.calls)
     print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; host us/call (eager us/call)")
-    ways = [w for w in ("aten", "bound", "conv2d_weight", "dispatch", "op", "again") if w in rows[0]]
+    ways = [w for w in ("aten", "bound_jit", "bound", "conv2d_weight", "dispatch", "op", "again") if w in rows[0]]
     print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>17}" for w in ways)
           + "   over aten: conv2d_weight / op (host)")
     for r in rows:
