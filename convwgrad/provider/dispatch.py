@@ -167,9 +167,9 @@ def _planning_context() -> tuple:
 
 def _plugin_set(pm) -> tuple:
     """The registered plugins, cheaply: pluggy's own name -> plugin table when it has one (a
-    tuple of a few objects, ~0.1 us), else the public frozenset (~0.3 us)."""
+    tuple in registration order, ~0.1 us), else the public set (~0.3 us)."""
     table = getattr(pm, "_name2plugin", None)
-    return tuple(table.values()) if isinstance(table, dict) else tuple(pm.get_plugins())
+    return tuple(table.values()) if isinstance(table, dict) else frozenset(pm.get_plugins())
 
 
 #: Prepared calls kept; past this many signatures the table starts again (a model has tens of layers).
