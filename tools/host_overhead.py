@@ -92,7 +92,10 @@ def measure(calls):
         except ImportError:
             pass
         try:  # the same launch through Triton's JIT on every call, for the direct launch's gain
-            from convwgrad.plugins.wgrad_splitk import launcher
+            try:  # the shared launch blocks; older versions kept them in the split-K family
+                from convwgrad.provider.blocks import launch as launcher
+            except ImportError:
+                from convwgrad.plugins.wgrad_splitk import launcher
 
             supported, launcher.direct_launch_supported = launcher.direct_launch_supported, lambda: False
             try:

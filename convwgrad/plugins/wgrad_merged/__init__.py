@@ -8,9 +8,8 @@ the vector loads need channels_last (explain() says so).
 
 from __future__ import annotations
 
-
-from convwgrad.plugins.wgrad_splitk import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
-from convwgrad.plugins.wgrad_splitk import launcher as splitk_launcher
+from convwgrad.provider.blocks.checks import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
+from convwgrad.provider.blocks.launch import MAX_SPLIT_K, needs_wide_index, workspace_nbytes
 from convwgrad.provider.family import FamilyPlugin
 from convwgrad.provider.spec import KernelSpec, Tile, cdiv, pow2_at_least
 
@@ -94,7 +93,7 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
             tile=tile_for(problem, gm, bk, target),
             group_merge=gm,
             allow_tf32=allows_tf32(problem, target),
-            wide_index=splitk_launcher.needs_wide_index(problem),
+            wide_index=needs_wide_index(problem),
         )
         for gm in degrees
         for bk in block_k_choices(problem, pow2_at_least(gm * problem.kpg, MIN_BLOCK), target)
@@ -123,11 +122,11 @@ plugin = FamilyPlugin(
     priority=PRIORITY,
     description="depthwise dW, Gm adjacent groups per program as one GEMM, diagonal stored; split-K composable",
     splits_k=True,
-    max_split_k=splitk_launcher.MAX_SPLIT_K,
+    max_split_k=MAX_SPLIT_K,
     candidate_specs=candidate_specs,
     not_supported_reasons=not_supported_reasons,
     admission_note=layout_note,
-    workspace_nbytes=splitk_launcher.workspace_nbytes,
+    workspace_nbytes=workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
     prepare=launcher.prepare,

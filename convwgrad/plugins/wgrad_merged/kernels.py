@@ -9,14 +9,16 @@ The tile computes every (row, c) pair; only the diagonal row == c is dW, and the
 epilogue folds that test into its store mask, so off-diagonal pairs cost no store.
 
 Grid: (G/Gm * split_k, tiles over taps*Gm, 1). split_k == 1 stores dW; split_k > 1
-stores fp32 partials of the true dW into the workspace, reduced by the split-K
-family's stage-2 kernel.
+stores fp32 partials of the true dW into the workspace, reduced by the shared ordered
+reduction. The tap decoding, the tile accumulation and that reduction are the provider
+core's blocks (:mod:`convwgrad.provider.blocks.jit`); the helpers are imported here because
+Triton resolves a jit callee by name in the caller's module.
 """
 
 import triton
 import triton.language as tl
 
-from convwgrad.plugins.wgrad_splitk.kernels import _accumulate_tile, _split_taps
+from convwgrad.provider.blocks.jit import _accumulate_tile, _split_taps
 
 
 @triton.jit

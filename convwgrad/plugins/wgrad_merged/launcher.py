@@ -11,18 +11,16 @@ import math
 
 import attrs
 
-from convwgrad.plugins.wgrad_splitk import launcher as splitk
 from convwgrad.provider.aot import Constexpr
+from convwgrad.provider.blocks import launch as shared
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.spec import KernelSpec
+from convwgrad.provider.spec import KernelSpec, cdiv
 
 from .kernels import _wgrad_merged_kernel
 
 #: Largest merge degree: 64 channels make a 64-row tile, the largest M the
 #: family's tiles use; beyond it the grid shrinks with nothing left to gain in load width.
 MAX_GROUP_MERGE = 64
-#: tl.dot needs every tile dim >= 16.
-MIN_BLOCK = 16
 
 
 @attrs.frozen(kw_only=True)
@@ -89,40 +87,40 @@ def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
-    """Stage 1: (G/Gm * split_k, tiles over taps*Gm, 1); stage 2 as the split-K family's."""
+    """Stage 1: (G/Gm * split_k, tiles over taps*Gm, 1); stage 2, if any: the shared reduction's."""
     dims = merged_dims(problem, spec.group_merge)
-    stage1 = (dims.grid_groups * spec.split_k, splitk.cdiv(dims.grid_N, spec.tile.block_n), 1)
+    stage1 = (dims.grid_groups * spec.split_k, cdiv(dims.grid_N, spec.tile.block_n), 1)
     if not spec.two_stage:
         return (stage1,)
-    return stage1, splitk.grids(problem, spec)[1]
+    return stage1, shared.reduce_grid(problem)
 
 
 def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
     split_stride, k_stride, _c_stride, z_stride, y_stride, x_stride = out_strides  # cpg == 1
     return [
         ("X", x), ("DY", dy), ("OUT", out),
-        *splitk.geometry_args(problem),
+        *shared.geometry_args(problem),
         ("TAPS", math.prod(problem.filter_size)),
         ("GEMM_K", problem.gemm_k),
-        ("K_PER_SPLIT", splitk.k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
-        *splitk.operand_stride_args(x, dy),
+        ("K_PER_SPLIT", shared.k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
+        *shared.operand_stride_args(x, dy),
         ("stride_os", split_stride), ("stride_ok", k_stride),
         ("stride_oz", z_stride), ("stride_oy", y_stride), ("stride_ox", x_stride),
         ("GROUP_MERGE", Constexpr(spec.group_merge)),
-        *splitk.tile_option_args(spec, interpreted=interpreted),
+        *shared.tile_option_args(spec, interpreted=interpreted),
     ]
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
-    return splitk.run_stages(problem, spec, target, input, grad_output, out, workspace,
+    return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
                              kernel=_wgrad_merged_kernel, make_args=stage1_args, grids=grids, validate=validate)
 
 
 def prepare(problem, spec, target, input, grad_output, out):
-    return splitk.prepare_stages(problem, spec, target, input, grad_output, out, kernel=_wgrad_merged_kernel,
+    return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=_wgrad_merged_kernel,
                                  make_args=stage1_args, grids=grids, validate=validate)
 
 
 def compile_kernels(problem, spec, target):
-    return splitk.compile_stages(problem, spec, target, kernel=_wgrad_merged_kernel, make_args=stage1_args,
+    return shared.compile_stages(problem, spec, target, kernel=_wgrad_merged_kernel, make_args=stage1_args,
                                  validate=validate)

@@ -1,51 +1,21 @@
-"""Launcher of the split-K two-stage family: geometry, grids, workspace, arguments, launch."""
+"""Launcher of the split-K two-stage family: its grids and stage-1 arguments; the workspace,
+stage 2, checks and the launch itself are the provider core's shared blocks
+(:mod:`convwgrad.provider.blocks.launch`)."""
 
 from __future__ import annotations
 
-import math
-
-import torch
-
-from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
-from convwgrad.provider.problem import INT32_OFFSET_LIMIT, ConvProblem
-from convwgrad.provider.layout import TORCH_DTYPES, to_layout
+from convwgrad.provider.aot import CompiledKernel
+from convwgrad.provider.blocks import launch as shared
+from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
-from convwgrad.provider.target import TargetInfo, interpreter_enabled
+from convwgrad.provider.target import TargetInfo
 
-from .kernels import _splitk_reduce_kernel, _wgrad_splitk_kernel
-
-#: dW elements per stage-2 program. The reduction is a pure stream over
-#: split_k * |dW| fp32 values; 1024 elements (4 per thread at 8 warps) keeps
-#: loads 16 bytes wide. Not tuned: stage 2 is a few percent of stage 1.
-REDUCE_BLOCK = 1024
-REDUCE_WARPS = 8
-#: BLOCK_K steps the matrix units accumulate before the sum is promoted into a
-#: separate fp32 accumulator. At ~2**-23 truncation bias per step (seen on H200:
-#: 1.2% error after 1e5 steps of one chain), 64 steps bound the bias near 1e-5.
-PROMOTE_STEPS = 64
-#: Largest split-K degree the family accepts: the workspace is split_k * |dW| fp32.
-MAX_SPLIT_K = 1024
-#: Offsets at or above this need 64-bit index arithmetic.
-INT32_LIMIT = INT32_OFFSET_LIMIT
-
-def padded3(values, fill):
-    """A 1-, 2- or 3-tuple of spatial values left-padded to 3 with ``fill``."""
-    values = tuple(values)
-    return (fill,) * (3 - len(values)) + values
+from .kernels import _wgrad_splitk_kernel
 
 
 def tiles(problem: ConvProblem, spec: KernelSpec) -> tuple[int, int]:
     """(tiles over M, tiles over N_gemm) of one group."""
     return cdiv(problem.gemm_m, spec.tile.block_m), cdiv(problem.gemm_n, spec.tile.block_n)
-
-
-def k_blocks(problem: ConvProblem, spec: KernelSpec) -> int:
-    return cdiv(problem.gemm_k, spec.tile.block_k)
-
-
-def k_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
-    """Reduction length per split, whole BLOCK_K steps, so every split but the last is full."""
-    return cdiv(k_blocks(problem, spec), spec.split_k) * spec.tile.block_k
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
@@ -54,72 +24,7 @@ def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int],
     stage1 = (problem.groups * spec.split_k, tiles_n, tiles_m)
     if not spec.two_stage:
         return (stage1,)
-    return stage1, (cdiv(math.prod(problem.weight_size), REDUCE_BLOCK), 1, 1)
-
-
-def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
-    """fp32 partials, one dW per split, sized by the true dW; 0 for one stage."""
-    return spec.split_k * math.prod(problem.weight_size) * 4 if spec.two_stage else 0
-
-
-def needs_wide_index(problem: ConvProblem) -> bool:
-    """Whether an operand's offsets reach 2**31, through its shape or (a view) its strides.
-    The workspace's split offset is always 64-bit, so only one dW's extent counts for it."""
-    return problem.needs_wide_index
-
-
-def _strides5(tensor: torch.Tensor) -> tuple[int, ...]:
-    """(n, c, d, h, w) strides of an (N, C, *spatial) tensor; 0 for the dims it lacks."""
-    n, c, *spatial = tensor.stride()
-    return (n, c, *padded3(spatial, 0))
-
-
-def _max_offset(tensor: torch.Tensor) -> int:
-    return sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-
-
-def _workspace_strides(problem: ConvProblem) -> tuple[int, ...]:
-    """(split, k, c, z, y, x) strides of the contiguous (split, K, cpg*FZ*FY*FX) workspace."""
-    fz, fy, fx = padded3(problem.filter_size, 1)
-    per_split = math.prod(problem.weight_size)
-    return (per_split, problem.gemm_n, fz * fy * fx, fy * fx, fx, 1)
-
-
-def _dot_precision(spec: KernelSpec) -> str:
-    return "tf32" if spec.allow_tf32 else "ieee"
-
-
-def geometry_args(problem: ConvProblem) -> list[tuple[str, int]]:
-    """Spatial sizes, filter, stride, padding before and dilation, padded to 3-D: the
-    arguments from D to DIL_W that every stage-1 kernel takes in this order."""
-    return [
-        *zip(("D", "H", "W"), padded3(problem.input_size, 1)),
-        *zip(("OD", "OH", "OW"), padded3(problem.output_size, 1)),
-        *zip(("FZ", "FY", "FX"), padded3(problem.filter_size, 1)),
-        *zip(("STRIDE_D", "STRIDE_H", "STRIDE_W"), padded3(problem.stride, 1)),
-        *zip(("PAD_D", "PAD_H", "PAD_W"), padded3([lo for lo, _ in problem.padding], 0)),
-        *zip(("DIL_D", "DIL_H", "DIL_W"), padded3(problem.dilation, 1)),
-    ]
-
-
-def operand_stride_args(x, dy) -> list[tuple[str, int]]:
-    return [
-        *zip(("stride_xn", "stride_xc", "stride_xd", "stride_xh", "stride_xw"), _strides5(x)),
-        *zip(("stride_dyn", "stride_dyc", "stride_dyd", "stride_dyh", "stride_dyw"), _strides5(dy)),
-    ]
-
-
-def tile_option_args(spec: KernelSpec, *, interpreted: bool) -> list[tuple[str, Constexpr]]:
-    """The constexprs every stage-1 kernel ends with, BLOCK_M to PROMOTE_STEPS."""
-    return [
-        ("BLOCK_M", Constexpr(spec.tile.block_m)),
-        ("BLOCK_N", Constexpr(spec.tile.block_n)),
-        ("BLOCK_K", Constexpr(spec.tile.block_k)),
-        ("DOT_PRECISION", Constexpr(_dot_precision(spec))),
-        ("IS_UPCAST_OPERANDS", Constexpr(interpreted and spec.dtype == "bf16")),
-        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
-        ("PROMOTE_STEPS", Constexpr(PROMOTE_STEPS)),
-    ]
+    return stage1, shared.reduce_grid(problem)
 
 
 def stage1_args(
@@ -128,207 +33,25 @@ def stage1_args(
     """The stage-1 kernel's arguments in order; constexprs wrapped in :class:`Constexpr`."""
     return [
         ("X", x), ("DY", dy), ("OUT", out),
-        *geometry_args(problem),
+        *shared.geometry_args(problem),
         ("CPG", problem.cpg), ("KPG", problem.kpg),
         ("GEMM_N", problem.gemm_n), ("GEMM_K", problem.gemm_k),
-        ("K_PER_SPLIT", k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
-        *operand_stride_args(x, dy),
+        ("K_PER_SPLIT", shared.k_per_split(problem, spec)), ("SPLIT_K", spec.split_k),
+        *shared.operand_stride_args(x, dy),
         *zip(("stride_os", "stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), out_strides),
-        *tile_option_args(spec, interpreted=interpreted),
+        *shared.tile_option_args(spec, interpreted=interpreted),
     ]
-
-
-def stage2_args(problem: ConvProblem, spec: KernelSpec, workspace, out) -> list[tuple[str, object]]:
-    return [
-        ("WS", workspace), ("OUT", out),
-        ("TOTAL", math.prod(problem.weight_size)),
-        *zip(("FZ", "FY", "FX"), padded3(problem.filter_size, 1)),
-        ("GEMM_N", problem.gemm_n),
-        ("SPLIT_K", spec.split_k),
-        *zip(("stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), _strides5(out)),
-        ("BLOCK", Constexpr(REDUCE_BLOCK)),
-        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
-    ]
-
-
-def _values(args):
-    return [v.value if isinstance(v, Constexpr) else v for _, v in args]
-
-
-def check_grid(grid, target: TargetInfo, what: str) -> None:
-    for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
-        if size > limit:
-            raise ValueError(f"{what} grid axis {axis} = {size} exceeds the limit {limit} on {target.name}")
-
-
-def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, make_args, grids,
-                   validate=None) -> BoundLaunch:
-    """Bind a stage-1 ``kernel`` (its arguments from ``make_args``, tensors X, DY, OUT first), and
-    the stage-2 reduction when split_k > 1, to the strides of ``input``, ``grad_output`` and
-    ``out`` (None: a contiguous dW). ``grids(problem, spec)`` sizes the launches;
-    ``validate(problem, spec, target)``, if given, raises before anything is bound. Every check
-    and argument is done here once: a run costs the allocation of dW and the launches. Shared by
-    every family that writes this workspace layout."""
-    interpreted = interpreter_enabled()
-    if validate is not None:
-        validate(problem, spec, target)
-    if out is None:
-        out = torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
-    if not spec.wide_index:
-        for name, tensor in (("input", input), ("grad_output", grad_output), ("out", out)):
-            if _max_offset(tensor) >= INT32_LIMIT:
-                raise ValueError(
-                    f"{spec.kernel_name()}: {name}'s strides {tensor.stride()} reach offset {_max_offset(tensor)}, "
-                    f"past int32, but the plan indexes in 32 bits: pose the problem with "
-                    f"ConvProblem.from_tensors, which reads the strides (or set wide_strides=True)"
-                )
-    stage_grids = grids(problem, spec)
-    for grid in stage_grids:
-        check_grid(grid, target, spec.kernel_name())
-    out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
-    stage1 = tuple(_values(make_args(problem, spec, input, grad_output, out, out_strides, interpreted=interpreted))[3:])
-    size, dtype, device = problem.weight_size, input.dtype, input.device
-    device_index = device.index if device.type == "cuda" else None
-    direct = target.backend == "cuda" and device_index is not None and direct_launch_supported()
-    first = KernelLaunch(kernel, stage_grids[0], stage1, spec.tile.num_warps, spec.tile.num_stages,
-                         device_index if direct else None)
-
-    if spec.two_stage:
-        stage2 = tuple(_values(stage2_args(problem, spec, out, out))[2:])
-        second = KernelLaunch(_splitk_reduce_kernel, stage_grids[1], stage2, REDUCE_WARPS, 1,
-                              device_index if direct else None)
-        nbytes = workspace_nbytes(problem, spec)
-
-        def launch_stages(x, dy, out, workspace):
-            partials = workspace[:nbytes].view(torch.float32)
-            first(x, dy, partials)
-            second(partials, out)
-
-        kernels = (kernel.__name__, _splitk_reduce_kernel.__name__)
-    else:
-        def launch_stages(x, dy, out, workspace):
-            first(x, dy, out)
-
-        kernels = (kernel.__name__,)
-
-    def run(x, dy, out, workspace):
-        if out is None:
-            out = torch.empty(size, dtype=dtype, device=device)
-        if device_index is not None and torch.cuda.current_device() != device_index:
-            with torch.cuda.device(device_index):  # Triton launches on the current device
-                launch_stages(x, dy, out, workspace)
-        else:
-            launch_stages(x, dy, out, workspace)
-        return out
-
-    return BoundLaunch(run=run, kernels=kernels)
-
-
-#: Triton releases whose JITFunction.run was read to launch the compiled kernel the same way,
-#: ``compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata,
-#: launch_metadata, enter_hook, exit_hook, *every bound argument)``: 3.9 here, 3.6 on the H200
-#: machine. Any other release launches through the JIT on every call.
-DIRECT_LAUNCH_TRITON = ("3.6", "3.9")
-
-
-def direct_launch_supported() -> bool:
-    import triton
-
-    try:
-        from triton import knobs  # noqa: F401  (the hooks the direct launch must honour live there)
-    except ImportError:
-        return False
-    return ".".join(triton.__version__.split(".")[:2]) in DIRECT_LAUNCH_TRITON
-
-
-class KernelLaunch:
-    """One Triton kernel at a fixed grid, options and trailing arguments, called with its
-    leading tensors.
-
-    The first call goes through the JIT (``kernel[grid](...)``), which compiles or finds the
-    binary; later calls launch that binary directly, skipping ``JITFunction.run``'s per-call
-    binding, specialisation and cache lookup (about 20 us of host time a launch on the H200
-    machine's CPU, tools/host_overhead.py). The shortcut is valid because everything the JIT
-    specialises on is fixed per prepared call (the ints, the dtypes) except the pointers'
-    16-byte alignment, which is checked on every call: a tensor that is not 16-byte aligned, a
-    launch hook, or a device_index of None (interpreter, HIP: not checked there) takes the JIT."""
-
-    __slots__ = ("kernel", "grid", "tail", "num_warps", "num_stages", "device_index", "compiled")
-
-    def __init__(self, kernel, grid, tail, num_warps, num_stages, device_index):
-        self.kernel, self.grid, self.tail = kernel, grid, tail
-        self.num_warps, self.num_stages = num_warps, num_stages
-        self.device_index = device_index
-        self.compiled = None
-
-    def __call__(self, *tensors):
-        compiled = self.compiled
-        if compiled is not None and not any(t.data_ptr() & 15 for t in tensors) and _no_launch_hooks():
-            grid = self.grid
-            compiled.run(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(self.device_index),
-                         compiled.function, compiled.packed_metadata, None, None, None, *tensors, *self.tail)
-            return
-        compiled = self.kernel[self.grid](*tensors, *self.tail, num_warps=self.num_warps, num_stages=self.num_stages)
-        if self.device_index is not None and compiled is not None and not any(t.data_ptr() & 15 for t in tensors):
-            self.compiled = compiled  # specialised for aligned pointers: reused only for aligned ones
-
-
-def _no_launch_hooks() -> bool:
-    from triton import knobs
-
-    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
-
-
-def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, grids,
-               validate=None) -> list[str]:
-    """:func:`prepare_stages`, then one run; return the kernels launched."""
-    bound = prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel, make_args=make_args,
-                           grids=grids, validate=validate)
-    bound.run(input, grad_output, out, workspace)
-    return list(bound.kernels)
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
-    return run_stages(problem, spec, target, input, grad_output, out, workspace,
-                      kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
+    return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
+                             kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
 
 
 def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
-    return prepare_stages(problem, spec, target, input, grad_output, out,
-                          kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
-
-
-def _meta(shape, dtype: str, layout: str) -> torch.Tensor:
-    return to_layout(torch.empty(shape, dtype=TORCH_DTYPES[dtype], device="meta"), layout)
-
-
-def compile_stages(problem: ConvProblem, spec: KernelSpec, target: TargetInfo, *, kernel, make_args,
-                   validate=None) -> list[CompiledKernel]:
-    """Compile stage 1 (and stage 2) for ``target`` with strides of the problem's layout."""
-    if validate is not None:
-        validate(problem, spec, target)
-    x = _meta(problem.input_shape, problem.dtype, problem.layout)
-    dy = _meta(problem.grad_output_shape, problem.dtype, problem.layout)
-    out = _meta(problem.weight_size, problem.dtype, "contiguous")
-    pointer = f"*{problem.dtype}"
-    as_types = lambda args, types: [(n, types.get(n, v)) for n, v in args]  # noqa: E731
-    out_strides = _workspace_strides(problem) if spec.two_stage else (0, *_strides5(out))
-    args = make_args(problem, spec, x, dy, out, out_strides, interpreted=False)
-    args = as_types(args, {"X": pointer, "DY": pointer, "OUT": "*fp32" if spec.two_stage else pointer})
-    name = spec.kernel_name()
-    tile = spec.tile
-    compiled = [
-        triton_compile(kernel, args, target=target, num_warps=tile.num_warps,
-                       num_stages=tile.num_stages, name=f"{name}.stage1")
-    ]
-    if spec.two_stage:
-        args = as_types(stage2_args(problem, spec, out, out), {"WS": "*fp32", "OUT": pointer})
-        compiled.append(
-            triton_compile(_splitk_reduce_kernel, args, target=target, num_warps=REDUCE_WARPS,
-                           num_stages=1, name=f"{name}.stage2")
-        )
-    return compiled
+    return shared.prepare_stages(problem, spec, target, input, grad_output, out,
+                                 kernel=_wgrad_splitk_kernel, make_args=stage1_args, grids=grids)
 
 
 def compile_kernels(problem: ConvProblem, spec: KernelSpec, target: TargetInfo) -> list[CompiledKernel]:
-    return compile_stages(problem, spec, target, kernel=_wgrad_splitk_kernel, make_args=stage1_args)
+    return shared.compile_stages(problem, spec, target, kernel=_wgrad_splitk_kernel, make_args=stage1_args)
