@@ -19,11 +19,12 @@ import threading
 
 import attrs
 import torch
-import torch.nn.functional as F
 
+from .layout import layout_of, to_layout
 from .manager import get_plugin_manager
 from .plan import PLANNING_ENVIRONMENT, Plan, plan as make_plan, planning_epoch
 from .problem import ConvProblem, dtype_name
+from .reference import torch_weight_grad
 from .target import current_target
 
 # ----------------------------------------------------------------- on / off
@@ -329,27 +330,8 @@ def _prepare_dispatch(problem, input, grad_output, plan, out) -> _PreparedCall:
 # ----------------------------------------------------------------- the torch-like API
 #: dtypes convwgrad's kernels do not compute; torch does, so conv*d_weight hands them to it.
 TORCH_ONLY_DTYPES = (torch.float64,)
-
-
-def torch_weight_grad(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    """torch's own dW (``aten.convolution_backward``, as ``torch.nn.grad.conv*d_weight`` calls it),
-    with convwgrad's padding conventions (ints, or (before, after) pairs per dim). Differentiable
-    where torch's is."""
-    rank = input.dim() - 2
-    per_dim = lambda v: [v] * rank if isinstance(v, int) else list(v)  # noqa: E731
-    padding = per_dim(padding)
-    if any(not isinstance(p, int) for p in padding):
-        pairs = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
-        if any(lo != hi for lo, hi in pairs):
-            input = F.pad(input, [v for pair in reversed(pairs) for v in pair])
-            padding = [0] * rank
-        else:
-            padding = [lo for lo, _ in pairs]
-    weight = grad_output.new_empty(1).expand(tuple(weight_size))
-    return torch.ops.aten.convolution_backward(
-        grad_output, input, weight, None, per_dim(stride), padding, per_dim(dilation), False, [0] * rank,
-        groups, [False, True, False],
-    )[1]
+#: what a call handed to torch launches, as LaunchRecord reports it
+TORCH_KERNELS = ("aten.convolution_backward",)
 
 
 def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
@@ -364,20 +346,22 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
     try:
         key = (_tensor_key(input), _tensor_key(grad_output), _exact_ints(weight_size), _exact_ints(stride),
                _exact_ints(padding), _exact_ints(dilation), _exact_ints(groups), match_layouts)
-        prepared = None if None in key else _prepared.get(key)
     except (AttributeError, TypeError):  # not tensors: the checks below say so
-        key = prepared = None
+        key = None
+    if key is not None and None in key:  # an argument that is not exact ints: validated every call
+        key = None
+    prepared = None if key is None else _prepared.get(key)
     if prepared is None:
         prepared = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
                                         match_layouts)
-        if key is not None and None not in key:
+        if key is not None:
             _prepared.keep(key, prepared)
     return prepared(input, grad_output)
 
 
 def _record_torch_route() -> None:
     if _recorders:
-        _record("aten", "aten", ("aten.convolution_backward",))
+        _record("aten", "aten", TORCH_KERNELS)
 
 
 def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
@@ -390,11 +374,9 @@ def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilat
         def run(x, dy, out, workspace):
             return torch_weight_grad(x, weight_size, dy, stride, padding, dilation, groups)
 
-        return _PreparedCall(run, ("aten.convolution_backward",), "aten", "aten")
+        return _PreparedCall(run, TORCH_KERNELS, "aten", "aten")
     adapt = None
     if match_layouts:
-        from .layout import layout_of, to_layout
-
         layout = layout_of(input)
         matched = to_layout(input, layout), to_layout(grad_output, layout)
         unchanged = all(a.data_ptr() == b.data_ptr() and a.stride() == b.stride()

@@ -14,7 +14,7 @@ def aten_weight_grad_call(problem: ConvProblem, device=None):
     built once (a training step calls it for the same layer every step); with ``device``
     given, for tensors on that device only."""
     symmetric = problem.symmetric_padding
-    pads = None if symmetric is not None else [v for lo_hi in reversed(problem.padding) for v in lo_hi]
+    pads = None if symmetric is not None else _pad_arguments(problem.padding)
     arguments = (
         list(problem.stride), list(symmetric) if symmetric is not None else [0] * problem.spatial_dims,
         list(problem.dilation), False, [0] * problem.spatial_dims, problem.groups, [False, True, False],
@@ -26,12 +26,39 @@ def aten_weight_grad_call(problem: ConvProblem, device=None):
         1, dtype=TORCH_DTYPES[problem.dtype], device=device).expand(weight_size)
 
     def weight_grad(input, grad_output):
-        if pads is not None:  # F.pad lists pairs from the last dim backwards
+        if pads is not None:
             input = F.pad(input, pads)
         weight = fixed_weight if fixed_weight is not None else input.new_empty(1).expand(weight_size)
         return backward(grad_output, input, weight, None, *arguments)[1]
 
     return weight_grad
+
+
+def _pad_arguments(pairs) -> list[int]:
+    """F.pad's argument for (before, after) pairs per spatial dim: it lists them from the last dim back."""
+    return [v for pair in reversed(pairs) for v in pair]
+
+
+def torch_weight_grad(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+    """torch's own dW (``aten.convolution_backward``, as ``torch.nn.grad.conv*d_weight`` calls it)
+    from raw arguments, for calls no ConvProblem poses (float64, an empty batch) or with convwgrad
+    off; convwgrad's padding conventions (ints, or (before, after) pairs per dim). Differentiable
+    where torch's is."""
+    rank = input.dim() - 2
+    per_dim = lambda v: [v] * rank if isinstance(v, int) else list(v)  # noqa: E731
+    padding = per_dim(padding)
+    if any(not isinstance(p, int) for p in padding):
+        pairs = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
+        if any(lo != hi for lo, hi in pairs):
+            input = F.pad(input, _pad_arguments(pairs))
+            padding = [0] * rank
+        else:
+            padding = [lo for lo, _ in pairs]
+    weight = grad_output.new_empty(1).expand(tuple(weight_size))
+    return torch.ops.aten.convolution_backward(
+        grad_output, input, weight, None, per_dim(stride), padding, per_dim(dilation), False, [0] * rank,
+        groups, [False, True, False],
+    )[1]
 
 
 def aten_weight_grad(problem: ConvProblem, input: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
