@@ -22,8 +22,8 @@ import torch
 
 import convwgrad
 
-#: name: (N, C, H, W, k, stride, layout); small layers where cuDNN takes < 50 us, and two
-#: planned for a Triton family on CUDA (a 13x13 and a 1-D k=31 filter)
+#: name: (N, C, H, W, k, stride, layout[, dilation]); small layers where cuDNN takes < 50 us, and
+#: four planned for a Triton family on CUDA (a 13x13, a 1-D k=31 filter, two dilated UniRepLKNet branches)
 LAYERS = {
     "mbv2-112-c32-k3": (32, 32, 112, 112, 3, 1, "channels_last"),
     "mbv2-14-c384-k3": (32, 384, 14, 14, 3, 1, "channels_last"),
@@ -32,14 +32,17 @@ LAYERS = {
     "mbv2-14-c384-k3-nchw": (32, 384, 14, 14, 3, 1, "contiguous"),
     "replk-7-c1024-k13": (16, 1024, 7, 7, 13, 1, "channels_last"),
     "conformer-1d-c256-k31": (32, 256, None, 256, 31, 1, "channels_last"),
+    "unirep-7-c640-k3-d5": (32, 640, 7, 7, 3, 1, "channels_last", 5),
+    "unirep-14-c320-k7-d2": (32, 320, 14, 14, 7, 1, "channels_last", 2),
 }
 
 
-def tensors(n, c, h, w, k, stride, layout):
+def tensors(n, c, h, w, k, stride, layout, dilation=1):
     shape = (n, c, w) if h is None else (n, c, h, w)
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn((c, 1, k) if h is None else (c, 1, k, k), device="cuda", dtype=torch.bfloat16)
-    out_size = [(s + 2 * (k // 2) - k) // stride + 1 for s in shape[2:]]
+    pad = dilation * (k - 1) // 2
+    out_size = [(s + 2 * pad - dilation * (k - 1) - 1) // stride + 1 for s in shape[2:]]
     dy = torch.randn((n, c, *out_size), device="cuda", dtype=torch.bfloat16)
     if layout == "channels_last":
         if h is None:
@@ -47,7 +50,7 @@ def tensors(n, c, h, w, k, stride, layout):
         else:
             x, dy, weight = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy, weight))
     rank = len(shape) - 2
-    return x, weight, dy, [stride] * rank, [k // 2] * rank, [1] * rank
+    return x, weight, dy, [stride] * rank, [pad] * rank, [dilation] * rank
 
 
 def per_call(fn, calls):
@@ -123,23 +126,28 @@ def profile_layer(name, calls):
 
     x, weight, dy, stride, padding, dilation = tensors(*LAYERS[name])
     nd_weight = {3: convwgrad.conv1d_weight, 4: convwgrad.conv2d_weight}[x.dim()]
-    call = lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, x.shape[1])  # noqa: E731
-    per_call(call, calls)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    profiler.disable()
-    print(f"cProfile of {calls} calls of {name}:")
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    ways = {  # the direct call, and the op that patched models call
+        "conv*d_weight": lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, x.shape[1]),
+        "op": lambda: torch.ops.convwgrad.conv_weight.default(x, dy, list(weight.shape), stride, padding,
+                                                              dilation, x.shape[1]),
+    }
+    for way, call in ways.items():
+        per_call(call, calls)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+        profiler.disable()
+        print(f"cProfile of {calls} {way} calls of {name}:")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json")
-    parser.add_argument("--profile", help="a layer name: cProfile its conv*d_weight calls and print the top")
+    parser.add_argument("--profile", help="a layer name: cProfile its conv*d_weight and op calls, print the top")
     args = parser.parse_args(argv)
     if args.profile:
         profile_layer(args.profile, args.calls)

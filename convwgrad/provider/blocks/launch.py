@@ -20,6 +20,11 @@ from convwgrad.provider.target import TargetInfo, interpreter_enabled
 
 from .jit import _splitk_reduce_kernel
 
+try:
+    from triton import knobs as _triton_knobs
+except ImportError:  # Triton before 3.4: no direct launch
+    _triton_knobs = None
+
 #: dW elements per stage-2 program. The reduction is a pure stream over
 #: split_k * |dW| fp32 values; 1024 elements (4 per thread at 8 warps) keeps
 #: loads 16 bytes wide. Not tuned: stage 2 is a few percent of stage 1.
@@ -223,9 +228,7 @@ DIRECT_LAUNCH_TRITON = ("3.6", "3.9")
 def direct_launch_supported() -> bool:
     import triton
 
-    try:
-        from triton import knobs  # noqa: F401  (the hooks the direct launch must honour live there)
-    except ImportError:
+    if _triton_knobs is None:  # the launch hooks the direct launch must honour live there
         return False
     return ".".join(triton.__version__.split(".")[:2]) in DIRECT_LAUNCH_TRITON
 
@@ -239,8 +242,10 @@ class KernelLaunch:
     binding, specialisation and cache lookup (about 20 us of host time a launch on the H200
     machine's CPU, tools/host_overhead.py). The shortcut is valid because everything the JIT
     specialises on is fixed per prepared call (the ints, the dtypes) except the pointers'
-    16-byte alignment, which is checked on every call: a tensor that is not 16-byte aligned, a
-    launch hook, or a device_index of None (interpreter, HIP: not checked there) takes the JIT."""
+    16-byte alignment, which is checked on every call: a tensor that is not 16-byte aligned, or
+    a device_index of None (interpreter, HIP: not checked there) takes the JIT. Launch hooks
+    (``knobs.runtime.launch_enter_hook``/``launch_exit_hook``, which profilers set) are honoured
+    as the JIT honours them: with their launch metadata."""
 
     __slots__ = ("kernel", "grid", "tail", "num_warps", "num_stages", "device_index", "compiled")
 
@@ -252,20 +257,19 @@ class KernelLaunch:
 
     def __call__(self, *tensors):
         compiled = self.compiled
-        if compiled is not None and not any(t.data_ptr() & 15 for t in tensors) and _no_launch_hooks():
+        if compiled is not None and not any(t.data_ptr() & 15 for t in tensors):
             grid = self.grid
-            compiled.run(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(self.device_index),
-                         compiled.function, compiled.packed_metadata, None, None, None, *tensors, *self.tail)
+            stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+            runtime = _triton_knobs.runtime
+            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            metadata = (None if enter is None and leave is None
+                        else compiled.launch_metadata(grid, stream, *tensors, *self.tail))
+            compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
+                         enter, leave, *tensors, *self.tail)
             return
         compiled = self.kernel[self.grid](*tensors, *self.tail, num_warps=self.num_warps, num_stages=self.num_stages)
         if self.device_index is not None and compiled is not None and not any(t.data_ptr() & 15 for t in tensors):
             self.compiled = compiled  # specialised for aligned pointers: reused only for aligned ones
-
-
-def _no_launch_hooks() -> bool:
-    from triton import knobs
-
-    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
 
 
 def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, grids,
