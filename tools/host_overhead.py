@@ -4,7 +4,9 @@ Per layer, each way of asking for dW is called in a loop; host us/call is the ti
 enqueue the loop (no synchronisation inside it), eager us/call the loop plus the final
 synchronisation. Ways: ``aten`` (``aten.convolution_backward`` with a real weight, as
 autograd calls it), ``conv2d_weight``, ``dispatch`` (``dispatch_conv_grouped`` with the
-problem built once), ``op`` (``torch.ops.convwgrad.conv_weight``), and ``bound`` (the
+problem built once), ``op`` (``torch.ops.convwgrad.conv_weight``), ``stock_layer`` and
+``patched_layer`` (a 2-D layer's forward and backward, stock and patched: what a model pays per
+layer), and ``bound`` (the
 prepared call's launch alone: the raw kernels, where this version has it) and ``bound_jit`` (the
 same through Triton's JIT launch on every call).
 The layers are small, so the GPU keeps up with the host and the host cost shows.
@@ -14,6 +16,7 @@ Run it with another checkout first on PYTHONPATH to measure that version the sam
 """
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -110,6 +113,15 @@ def measure(calls):
                 torch.empty(jit_prepared.workspace_nbytes, dtype=torch.uint8, device="cuda"))
         except (ImportError, AttributeError):
             pass
+        if rank == 2:  # what a patched model pays per layer: forward + backward of the module, dX and dW
+            stock_layer = torch.nn.Conv2d(groups, groups, weight.shape[2:], stride, padding, dilation, groups,
+                                          bias=False, device="cuda", dtype=torch.bfloat16)
+            stock_layer = stock_layer.to(memory_format=torch.channels_last) if x.is_contiguous(
+                memory_format=torch.channels_last) else stock_layer
+            patched_layer = convwgrad.patch(copy.deepcopy(stock_layer))
+            x_grad = x.detach().clone().requires_grad_()
+            ways["stock_layer"] = lambda: stock_layer(x_grad).backward(dy)
+            ways["patched_layer"] = lambda: patched_layer(x_grad).backward(dy)
         ways["again"] = ways["conv2d_weight"]  # last: a drift over the run shows as a difference
         with convwgrad.record_launches() as log:
             ways["conv2d_weight"]()
@@ -153,11 +165,12 @@ def main(argv=None):
         profile_layer(args.profile, args.calls)
     rows = measure(args.calls)
     print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; host us/call (eager us/call)")
-    ways = [w for w in ("aten", "bound_jit", "bound", "conv2d_weight", "dispatch", "op", "again") if w in rows[0]]
+    ways = [w for w in ("aten", "bound_jit", "bound", "conv2d_weight", "dispatch", "op", "again", "stock_layer",
+                        "patched_layer") if any(w in r for r in rows)]
     print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>17}" for w in ways)
           + "   over aten: conv2d_weight / op (host)")
     for r in rows:
-        cells = " ".join(f"{r[w][0]:>7.1f} ({r[w][1]:>6.1f})" for w in ways)
+        cells = " ".join(f"{r[w][0]:>7.1f} ({r[w][1]:>6.1f})" if w in r else f"{'-':>17}" for w in ways)
         print(f"{r['layer']:<24} {r['family']:<13} {cells}   "
               f"{r['conv2d_weight'][0] - r['aten'][0]:+6.1f} / {r['op'][0] - r['aten'][0]:+6.1f}")
     if args.json:

@@ -24,7 +24,7 @@ from convwgrad.provider.plan import plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
-from .torch_ops import conv as _conv_op
+from .torch_ops import eager_conv as _conv_op
 
 _STOCK = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -167,7 +167,8 @@ def intercept_functional():
         yield
 
 
-#: where a patched module keeps (call signature, runs stock torch?) of its last call
+#: where a patched module keeps (call signature, runs stock torch?, the op's resolved arguments)
+#: of its last call
 _ROUTE = "_convwgrad_route"
 
 
@@ -175,7 +176,8 @@ class _PatchedConv:
     """Mixin of the patched classes: the module's own padding mode, then :func:`grouped_conv`.
 
     Each module keeps the route of its last call signature (input shape, strides, dtype,
-    device, autocast state, planning generation), so a layer planned for torch costs one
+    device, autocast state, planning generation, whether dW is wanted), so a layer planned for
+    torch, or called without a weight gradient (inference, a frozen weight), costs one
     tuple comparison over the stock module: in an eager step whose host is the bottleneck
     (EfficientNet-B0 at batch 128 on an H200: 43 ms a step for 26 ms of kernels) the ~20 us of
     resolving padding, autocast and the plan per layer showed up in the step time."""
@@ -192,15 +194,28 @@ class _PatchedConv:
             return grouped_conv(padded, *arguments)
         device = input.device.type
         signature = (input.shape, input.stride(), input.dtype, input.device, weight.dtype,
-                     torch.is_autocast_enabled(device), torch.get_autocast_dtype(device), planning_generation())
+                     torch.is_autocast_enabled(device), torch.get_autocast_dtype(device), planning_generation(),
+                     weight.requires_grad and torch.is_grad_enabled())
         route = self.__dict__.get(_ROUTE)
         if route is None or route[0] != signature:
-            padded, arguments = self._convwgrad_call(input, weight, bias)
-            route = self.__dict__[_ROUTE] = (signature, _resolve(padded, *arguments)[0])
-        if route[1]:
+            route = self.__dict__[_ROUTE] = (signature, *self._route(input, weight, bias))
+        _, stock, resolved = route
+        if stock:
             return super()._conv_forward(input, weight, bias)  # the stock module's own call
+        if resolved is not None:  # the op's arguments, resolved once for this signature
+            return _conv_op(*_autocast(input, weight, bias), *resolved)
         padded, arguments = self._convwgrad_call(input, weight, bias)
         return grouped_conv(padded, *arguments)
+
+    def _route(self, input, weight, bias):
+        """(runs stock torch?, the op's (stride, padding, dilation, groups) where no padding copy
+        or padding mode stands between the module's input and the op, else None)."""
+        if not (weight.requires_grad and torch.is_grad_enabled()):
+            return True, None  # no weight gradient to compute: the stock call, nothing around it
+        padded, arguments = self._convwgrad_call(input, weight, bias)
+        stock, (op_input, *_, stride, padding, dilation, groups) = _resolve(padded, *arguments)
+        direct = padded is input and op_input.shape == input.shape
+        return stock, (stride, padding, dilation, groups) if direct and not stock else None
 
 
 class Conv1d(_PatchedConv, nn.Conv1d):

@@ -38,6 +38,7 @@ def _conv_weight_impl(input, grad_output, weight_size, stride, padding, dilation
                                  match_layouts=True)
 
 
+
 def _conv_weight_fake(input, grad_output, weight_size, stride, padding, dilation, groups):
     return input.new_empty(weight_size)
 
@@ -74,7 +75,9 @@ def _conv_setup_context(ctx, inputs, output):
     ctx.arguments = (stride, padding, dilation, groups, bias is not None)
 
 
-def _conv_backward(ctx, grad_output):
+def _conv_backward(ctx, grad_output, weight_grad=conv_weight):
+    """dX and the bias gradient from torch, dW from ``weight_grad`` (the op, or in eager mode the
+    dispatcher-free call behind it)."""
     input, weight = ctx.saved_tensors
     stride, padding, dilation, groups, has_bias = ctx.arguments
     wants_input, wants_weight, wants_bias = ctx.needs_input_grad[:3]
@@ -85,10 +88,35 @@ def _conv_backward(ctx, grad_output):
             False, [0] * len(stride), groups, [wants_input, False, has_bias and wants_bias],
         )
     if wants_weight:
-        grad_weight = conv_weight(input, grad_output, list(weight.shape), stride, padding, dilation, groups)
+        grad_weight = weight_grad(input, grad_output, list(weight.shape), stride, padding, dilation, groups)
         if grad_weight.stride() != weight.stride():
             grad_weight = _in_layout_of(weight, grad_weight)
     return grad_input, grad_weight, grad_bias, None, None, None, None
 
 
 torch.library.register_autograd("convwgrad::conv", _conv_backward, setup_context=_conv_setup_context, lib=_lib)
+
+
+class EagerConv(torch.autograd.Function):
+    """``convwgrad::conv`` as a plain autograd.Function, for eager calls: the same forward (torch's
+    convolution) and the same backward, without the custom op's dispatcher and Python autograd
+    wrappers around it. Measured on a 2-core CPU with dW stubbed out: a patched depthwise layer's
+    forward + backward cost ~180 us of host time over the stock layer through the op (see
+    notes/PERF.md); a model with 75 such layers (UniRepLKNet-T) is host-bound on the H200
+    machine, so that cost is the step's. Under ``torch.compile`` the op is used (it traces)."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, stride, padding, dilation, groups):
+        _conv_setup_context(ctx, (input, weight, bias, stride, padding, dilation, groups), None)
+        return _aten_conv(input, weight, bias, stride, padding, dilation, groups)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return _conv_backward(ctx, grad_output, _conv_weight_impl)
+
+
+def eager_conv(input, weight, bias, stride, padding, dilation, groups):
+    """What ``conv`` computes, through :class:`EagerConv`; the op itself while compiling."""
+    if torch.compiler.is_compiling():
+        return conv(input, weight, bias, stride, padding, dilation, groups)
+    return EagerConv.apply(input, weight, bias, stride, padding, dilation, groups)

@@ -27,10 +27,25 @@ CUDNN_WINS_UP_TO_TAPS = 49
 VECTOR_CHANNEL_MULTIPLE = 16
 
 
+#: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
+#: Triton kernel saves there is less than the host time a patched layer adds. H200, bf16
+#: channels_last, UniRepLKNet-T at N=32 (tools/step_bench.py --layers, 2026-12-03): the merged
+#: family saved 11-28 us of kernel time on the 3x3 d3-d5 branches at 7x7 (C=640, 9.0e6 MACs) and
+#: 71-95 us on those at 14x14 (C=320, 1.8e7 MACs), against ~30-50 us of host time a patched layer
+#: costs over the stock one in eager mode (tools/host_overhead.py, stock_layer vs patched_layer);
+#: that model's eager step is host-bound (92 ms a step for 66 ms of kernels), so host time is step time.
+MIN_TRITON_MACS = 12_000_000
+#: The families that rule was measured for (another plugin's family is its own author's to route).
+SMALL_LAYER_RULE_FAMILIES = ("wgrad_merged",)
+
+
 def aten_measured_faster(problem, target, family: str) -> str | None:
     """Why aten is faster than ``family`` for ``problem``'s class on ``target``, or None."""
     if target.backend != "cuda":
         return None  # no measurement elsewhere yet
+    if family in SMALL_LAYER_RULE_FAMILIES and problem.flops // 2 < MIN_TRITON_MACS:
+        return (f"H200, 2026-12-03: {problem.flops // 2:.2e} multiply-adds, below {MIN_TRITON_MACS:.1e}: the "
+                f"kernel time a Triton family saves there is less than the host time a patched layer adds")
     if family == "wgrad_splitk":
         return ("H200 sweep, 2026-12-02: the split-K family (Gm = 1) slower than cuDNN on 350 of 365 "
                 "depthwise layers")

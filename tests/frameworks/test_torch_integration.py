@@ -144,6 +144,36 @@ def test_layers_planned_for_torch_run_stock_torch_without_the_op():
     assert_grads_equal(stock, patched)
 
 
+def test_without_a_weight_gradient_the_stock_call_runs():
+    """Inference and frozen weights want no dW: the patched layer is then the stock call."""
+    stock, patched = make_pair()
+    x, _ = batch(5)
+    with convwgrad.record_launches() as log, torch.no_grad():
+        expected, got = stock(x), patched(x)
+    assert log == [] and torch.equal(expected, got)
+    patched.requires_grad_(False)
+    x.requires_grad_()
+    with convwgrad.record_launches() as log:
+        patched(x).sum().backward()
+    assert log == [] and x.grad is not None
+
+
+def test_eager_layers_use_the_autograd_function_not_the_op(monkeypatch):
+    """Eager calls take the plain autograd.Function (none of the custom op's wrappers on the host
+    path) and still compute dW through convwgrad, with the stock gradients."""
+    from convwgrad.frameworks import torch_ops
+
+    stock, patched = make_pair()
+    x, target = batch(7)
+    op_calls = []
+    monkeypatch.setattr(torch_ops, "conv", lambda *a: op_calls.append(1) or torch.ops.convwgrad.conv.default(*a))
+    step(stock, x, target)
+    with convwgrad.record_launches() as log:
+        step(patched, x, target)
+    assert op_calls == [] and len(log) == 3 and {r.family for r in log} <= TRITON_FAMILIES, log
+    assert_grads_close(stock, patched, 1e-5)
+
+
 def test_deterministic_algorithms_give_bitwise_equal_gradients():
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)

@@ -135,6 +135,11 @@ def test_routing_rules_fire_and_say_so():
     dilated = ConvProblem.build(batch=32, groups=384, in_channels=384, input_size=(14, 14), filter_size=3,
                                 padding=3, dilation=3, layout="channels_last")
     assert plan(dilated, "sm_90").family == "wgrad_merged"  # cuDNN's dilated path measured slower
+    small_dilated = ConvProblem.build(batch=32, groups=640, in_channels=640, input_size=(7, 7), filter_size=3,
+                                      padding=3, dilation=3, layout="channels_last")
+    chosen = plan(small_dilated, "sm_90")  # 9.0e6 MACs: saves less kernel time than it costs host time
+    assert chosen.family == "aten" and "below 1.2e+07" in chosen.rule
+    assert plan(small_dilated, "gfx950").family == "wgrad_merged"  # measured on CUDA only
     unaligned = ConvProblem.build(batch=32, groups=40, in_channels=40, input_size=(112, 112), filter_size=13,
                                   padding=6, layout="channels_last")
     chosen = plan(unaligned, "sm_90")
