@@ -55,6 +55,11 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
         return (f"H200 sweep, 2026-12-02: with C={problem.in_channels} not a multiple of "
                 f"{VECTOR_CHANNEL_MULTIPLE}, merged loads stay element-wide and cuDNN was faster on every such layer")
     undilated = all(d == 1 for d in problem.dilation)
+    if not undilated and problem.spatial_dims >= 2:
+        return ("H200, 2026-12-03: a patched dilated layer measured slower than the stock one as a whole in "
+                "eager mode (forward + backward, UniRepLKNet-T's 7x7 d2 branch at 14x14, C=320, N=32: 778 vs "
+                "597 us a call) although merged's dW kernel is 3.25x faster (70 vs 228 us): the patched "
+                "layer's extra host time outweighs it")
     if problem.spatial_dims >= 2 and undilated and math.prod(problem.filter_size) <= CUDNN_WINS_UP_TO_TAPS:
         return (f"H200 sweep, 2026-12-02: cuDNN faster than merged on 202 of 204 undilated 2-D depthwise "
                 f"layers with <= {CUDNN_WINS_UP_TO_TAPS} taps")
