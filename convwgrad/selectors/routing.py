@@ -25,6 +25,11 @@ CUDNN_WINS_UP_TO_TAPS = 49
 #: channels_last) a multiple of 16 elements; otherwise they stay element-wide. Every
 #: one of the 51 swept layers with C % 16 != 0 ran faster in cuDNN than in any merged config.
 VECTOR_CHANNEL_MULTIPLE = 16
+#: Families the priority rule passes over until a measurement routes problems to them: they
+#: run when pinned (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. The
+#: shifted-view family (issue 11) has no H200 measurement yet; without this it would take the
+#: depthwise problems merged refuses (e.g. an odd channel count) from split-K and aten untimed.
+OPT_IN_FAMILIES = ("wgrad_shifted",)
 
 
 def aten_measured_faster(problem, target, family: str) -> str | None:
@@ -50,6 +55,12 @@ def select(problem, target, candidates, families) -> Choice | None:
     admitted = [spec for spec, verdict in candidates if verdict]
     if not admitted:
         return None
+    routed = [spec for spec in admitted if spec.family not in OPT_IN_FAMILIES]
+    if not routed:  # only opt-in families offered: a pin chose them
+        spec = admitted[0]
+        return Choice(spec=spec, rule=f"pinned: {spec.family} is opt-in until measured (routing.OPT_IN_FAMILIES); "
+                                      "first admitted candidate")
+    admitted = routed
     order = {name: rank for rank, name in enumerate(families.names())}
     best = min(admitted, key=lambda spec: order.get(spec.family, len(order)))  # stable: first listed wins ties
     fallback = next((spec for spec in admitted if spec.family == FALLBACK_FAMILY), None)
