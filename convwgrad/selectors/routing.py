@@ -60,13 +60,16 @@ def select(problem, target, candidates, families) -> Choice | None:
         spec = admitted[0]
         return Choice(spec=spec, rule=f"pinned: {spec.family} is opt-in until measured (routing.OPT_IN_FAMILIES); "
                                       "first admitted candidate")
+    passed_over = sorted({spec.family for spec in admitted} - {spec.family for spec in routed})
     admitted = routed
     order = {name: rank for rank, name in enumerate(families.names())}
     best = min(admitted, key=lambda spec: order.get(spec.family, len(order)))  # stable: first listed wins ties
     fallback = next((spec for spec in admitted if spec.family == FALLBACK_FAMILY), None)
     if best.family == FALLBACK_FAMILY:
-        refused = sorted({s.family for s, v in candidates if not v and s.family != FALLBACK_FAMILY})
+        refused = sorted({s.family for s, v in candidates if not v and s.family != FALLBACK_FAMILY} - set(passed_over))
         why = f"no Triton family admits the problem ({', '.join(refused)} refused)" if refused else "no other family offered a candidate"
+        if passed_over:
+            why += f"; {', '.join(passed_over)} admits it but is opt-in until measured"
         return Choice(spec=best, rule=f"fallback: {why}")
     measured = aten_measured_faster(problem, target, best.family)
     if measured and fallback is not None:
