@@ -12,8 +12,9 @@ filters large enough to fill a 16 x 16 tile: RepLKNet's 13x13 to 31x31, long 1-D
 Admitted: depthwise and channel multipliers (cpg == 1), 1-D and 2-D, any stride (rows: up
 to ``launcher.MAX_ROW_STRIDE``), dilation and asymmetric padding, fp16/bf16, fp32 with TF32
 where :func:`allows_tf32` says so, any strides (NCHW: one channel's plane is contiguous;
-channels_last: correct, element-wide loads). Refused with reasons: grouped (cpg > 1), 3-D,
-fp32 without TF32.
+channels_last: one channel per program loads single elements, so channels_last is offered a
+block of ``group_merge`` = 8 adjacent channels per program as the batch dim of a 3-D tl.dot,
+whose loads are 16-byte vectors). Refused with reasons: grouped (cpg > 1), 3-D, fp32 without TF32.
 
 Routing: opt-in until measured (``convwgrad.selectors.routing.OPT_IN_FAMILIES``): the
 priority below makes it rank between merged and split-K once the lead's measured rules let it.
@@ -59,23 +60,49 @@ def tile_shapes(problem) -> list[tuple[int, int]]:
     return shapes
 
 
+#: Channel block offered for channels_last (``group_merge``: adjacent channels per program, the
+#: batch dim of a 3-D tl.dot): 8 bf16/fp16 channels are one 16-byte load (read off the sm_90 and
+#: gfx950 ISA: every operand load 16 bytes), against one element a load for a single channel.
+CHANNEL_BLOCK = 8
+#: Reduction lanes with a channel block: CB x the 2-D tile's operands, so a quarter of the lanes.
+#: 31x31 at CB = 8, 32 x 32: block_k 16 at 4 warps took 255 registers on sm_90 (no spill),
+#: block_k 32 at 8 warps 216. Not yet measured.
+CHANNEL_BLOCK_TILES = ((16, 4), (32, 8))
+
+
+def channel_block_fits(problem) -> bool:
+    """Whether the CHANNEL_BLOCK candidates are offered: channels_last (their point), depthwise,
+    and C a multiple of the block."""
+    return (problem.layout == "channels_last" and problem.kpg == 1 and problem.cpg == 1
+            and problem.out_channels % CHANNEL_BLOCK == 0 and problem.spatial_dims < 3)
+
+
 def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
     stages = NUM_STAGES.get(target.backend, 1)
     if problem.spatial_dims == 3:  # one candidate, so explain() shows why the family refuses
         shapes = [(MIN_BLOCK, MIN_BLOCK)]
     else:
         shapes = tile_shapes(problem)
+    tiles = []  # (channel block, Tile), preferred first
+    blocked = group_merge if group_merge and group_merge > 1 else (
+        CHANNEL_BLOCK if group_merge is None and channel_block_fits(problem) else None)
+    if blocked:
+        bm, bn = shapes[0]
+        tiles += [(blocked, Tile(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages))
+                  for bk, warps in CHANNEL_BLOCK_TILES]
+    if not group_merge or group_merge == 1:
+        tiles += [(1, Tile(block_m=bm, block_n=bn, block_k=bk, num_warps=NUM_WARPS, num_stages=stages))
+                  for bm, bn in shapes for bk in BLOCK_K_CHOICES]
     return [
         KernelSpec(
             family=FAMILY,
             dtype=problem.dtype,
-            tile=Tile(block_m=bm, block_n=bn, block_k=bk, num_warps=NUM_WARPS, num_stages=stages),
-            group_merge=group_merge or 1,
+            tile=tile,
+            group_merge=cb,
             allow_tf32=allows_tf32(problem, target),
             wide_index=needs_wide_index(problem),
         )
-        for bm, bn in shapes
-        for bk in BLOCK_K_CHOICES
+        for cb, tile in tiles
     ]
 
 
@@ -92,8 +119,10 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
 
 
 def layout_note(problem, spec, target) -> str:
-    if problem.layout == "channels_last":
-        return " (channels_last: one channel per program, so loads are element-wide, strided by C)"
+    if problem.layout == "channels_last" and spec.group_merge == 1:
+        return " (channels_last, one channel per program: loads are element-wide, strided by C; group_merge=8 loads vectors)"
+    if problem.layout != "channels_last" and spec.group_merge > 1:
+        return f" (contiguous NCHW input: a block of {spec.group_merge} channels is strided, loads stay element-wide)"
     return ""
 
 

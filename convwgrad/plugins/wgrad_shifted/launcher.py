@@ -16,7 +16,12 @@ from convwgrad.provider.blocks.checks import allows_tf32
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import KernelSpec, cdiv, pow2_at_least
 
-from .kernels import _wgrad_shifted_kernel
+from .kernels import _wgrad_shifted_cblock_kernel, _wgrad_shifted_kernel
+
+#: Largest channel block (``spec.group_merge``: adjacent channels per program, the batch dim
+#: of a 3-D tl.dot). 8 bf16 channels are one 16-byte vector in channels_last; 16 doubles the
+#: accumulators (CB x block_m x block_n fp32). Not yet measured.
+MAX_CHANNEL_BLOCK = 16
 
 #: Largest convolution stride along the kernel's rows: each value is its own compile (a
 #: constexpr, so the phase test is a shift), and stride s costs s times the matrix work.
@@ -119,8 +124,15 @@ def shifted_available(problem: ConvProblem, spec: KernelSpec, target) -> list[st
     if problem.spatial_dims == 3:
         reasons.append(f"spatial_dims=3 (filter_size={problem.filter_size}): a depth shift is not implemented "
                        "(the view shifts rows and columns); 3-D runs in the merged or split-K family")
-    if spec.group_merge != 1:
-        reasons.append(f"group_merge={spec.group_merge}: the shifted view computes one channel per program")
+    cb = spec.group_merge
+    if cb > 1:
+        if cb & (cb - 1) or cb > MAX_CHANNEL_BLOCK:
+            reasons.append(f"group_merge={cb}: a channel block must be a power of two <= {MAX_CHANNEL_BLOCK}")
+        if problem.kpg != 1:
+            reasons.append(f"group_merge={cb} with kpg={problem.kpg}: a channel block needs depthwise channels "
+                           "(adjacent output channels reading adjacent input channels)")
+        if problem.out_channels % cb:
+            reasons.append(f"group_merge={cb} does not divide out_channels={problem.out_channels}")
     if not target.has_matrix_units:
         reasons.append(f"target {target.name} has no matrix units")
     if problem.dtype == "fp32" and target.backend != "interpreter" and not allows_tf32(problem, target):
@@ -145,9 +157,9 @@ def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
-    """Stage 1: (K * split_k, ky tiles, kx tiles); stage 2, if any: the shared reduction's."""
+    """Stage 1: (K / channel block * split_k, ky tiles, kx tiles); stage 2, if any: the shared reduction's."""
     geometry = tile_geometry(problem, spec)
-    stage1 = (problem.out_channels * spec.split_k, geometry.ky_tiles, geometry.kx_tiles)
+    stage1 = (problem.out_channels // spec.group_merge * spec.split_k, geometry.ky_tiles, geometry.kx_tiles)
     if not spec.two_stage:
         return (stage1,)
     return stage1, shared.reduce_grid(problem)
@@ -183,22 +195,28 @@ def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) ->
         ("stride_oy", _spatial_stride(tap_strides, rows, dims)),
         ("stride_ox", _spatial_stride(tap_strides, columns, dims)),
         ("ROW_STRIDE", Constexpr(rows.stride)),
+        ("CHANNEL_BLOCK", Constexpr(spec.group_merge)),
         ("KX_BLOCK", Constexpr(geometry.kx_block)),
         ("IS_WHOLE_ROWS", Constexpr(geometry.whole_rows)),
         *tile_args,
     ]
 
 
+def kernel_for(spec: KernelSpec):
+    """One channel a program (2-D tl.dot), or a block of group_merge channels (3-D tl.dot)."""
+    return _wgrad_shifted_cblock_kernel if spec.group_merge > 1 else _wgrad_shifted_kernel
+
+
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
     return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
-                             kernel=_wgrad_shifted_kernel, make_args=stage1_args, grids=grids, validate=validate)
+                             kernel=kernel_for(spec), make_args=stage1_args, grids=grids, validate=validate)
 
 
 def prepare(problem, spec, target, input, grad_output, out):
-    return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=_wgrad_shifted_kernel,
+    return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel_for(spec),
                                  make_args=stage1_args, grids=grids, validate=validate)
 
 
 def compile_kernels(problem, spec, target):
-    return shared.compile_stages(problem, spec, target, kernel=_wgrad_shifted_kernel, make_args=stage1_args,
+    return shared.compile_stages(problem, spec, target, kernel=kernel_for(spec), make_args=stage1_args,
                                  validate=validate)

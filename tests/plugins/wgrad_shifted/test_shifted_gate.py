@@ -70,9 +70,28 @@ def test_fp32_needs_tf32_on_gpu_targets():
         torch.backends.cudnn.allow_tf32 = previous
 
 
-def test_pinned_group_merge_and_targets_without_matrix_units_are_refused():
-    with pytest.raises(NoCandidateError, match="group_merge=8: the shifted view computes one channel per program"):
-        convwgrad.plan(problem(), "sm_90", family=FAMILY, group_merge=8)
+@pytest.mark.parametrize("case, gm, reason", [
+    (dict(), 3, "group_merge=3: a channel block must be a power of two <= 16"),
+    (dict(groups=64), 32, "group_merge=32: a channel block must be a power of two <= 16"),
+    (dict(kpg=2), 2, "group_merge=2 with kpg=2: a channel block needs depthwise channels"),
+    (dict(groups=12), 8, "group_merge=8 does not divide out_channels=12"),
+])
+def test_channel_blocks_refused_with_reasons(case, gm, reason):
+    with pytest.raises(NoCandidateError, match=reason):
+        convwgrad.plan(problem(**case), "sm_90", family=FAMILY, group_merge=gm)
+
+
+def test_channel_block_offered_first_for_channels_last_only():
+    specs = wgrad_shifted.candidate_specs(problem(k=31, size=(56, 56)), PROFILES["sm_90"])
+    assert [s.group_merge for s in specs] == [8, 8, 1, 1, 1, 1]
+    assert convwgrad.plan(problem(k=31, size=(56, 56)), "sm_90", family=FAMILY).group_merge == 8
+    nchw = ConvProblem.build(batch=2, groups=16, in_channels=16, input_size=(9, 9), filter_size=5, padding=2,
+                             dtype="bf16", layout="contiguous")
+    assert {s.group_merge for s in wgrad_shifted.candidate_specs(nchw, PROFILES["sm_90"])} == {1}
+    assert {s.group_merge for s in wgrad_shifted.candidate_specs(problem(groups=12), PROFILES["sm_90"])} == {1}
+
+
+def test_targets_without_matrix_units_are_refused():
     spec = wgrad_shifted.candidate_specs(problem(), PROFILES["sm_90"])[0]
     assert any("no matrix units" in r for r in launcher.shifted_available(problem(), spec, PROFILES["cpu"]))
 
@@ -136,3 +155,4 @@ def test_routing_unchanged_until_measured():
 def test_explain_lists_the_family_and_its_layout_note():
     text = str(convwgrad.explain(problem(k=31, size=(56, 56)), "sm_90", family=FAMILY))
     assert "wgrad_shifted_bf16_m32n32k64" in text and "loads are element-wide, strided by C" in text
+    assert "wgrad_shifted_bf16_m32n32k16w4s3_spk" in text and "_gm8" in text

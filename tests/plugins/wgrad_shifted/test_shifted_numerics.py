@@ -73,6 +73,34 @@ def test_tiles_folds_and_splits(case, tile, split_k):
     assert_close_to_reference(outcome, p)
 
 
+#: Channel-block cases: 8 channels so group_merge 2-8 divide them.
+BLOCK_CASES = {
+    "dw7x7-cb": dict(batch=2, groups=8, in_channels=8, input_size=(9, 11), filter_size=7, padding=3),
+    "stride2-dil2-asym-cb": dict(batch=2, groups=8, in_channels=8, input_size=(11, 10), filter_size=5, stride=2,
+                                 dilation=2, padding=((3, 4), (4, 2))),
+    "conv1d-k31-cb": dict(batch=2, groups=8, in_channels=8, input_size=(37,), filter_size=31, padding=15),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("layout, gm", [("channels_last", 8), ("channels_last", 2), ("contiguous", 4)])
+@pytest.mark.parametrize("case", sorted(BLOCK_CASES))
+def test_channel_blocks(case, layout, gm, dtype):
+    """group_merge adjacent channels per program (3-D tl.dot), split or not."""
+    p = ConvProblem.build(**BLOCK_CASES[case], dtype=dtype, layout=layout)
+    outcome = run_checked(p, family=FAMILY, group_merge=gm, split_k=1 if gm == 8 else 2, tile=SMALL)
+    assert outcome.launches[0].kernels[0] == "_wgrad_shifted_cblock_kernel"
+    assert outcome.plan.grid[0][0] == p.out_channels // gm * outcome.plan.split_k
+    assert_close_to_reference(outcome, p)
+
+
+def test_pinned_family_on_channels_last_runs_channel_blocks():
+    p = ConvProblem.build(**BLOCK_CASES["dw7x7-cb"], dtype="bf16", layout="channels_last")
+    outcome = run_checked(p, family=FAMILY)
+    assert outcome.plan.group_merge == 8 and outcome.launches[0].kernels[0] == "_wgrad_shifted_cblock_kernel"
+    assert_close_to_reference(outcome, p)
+
+
 def test_wide_rows_are_chunked():
     """OW = 40 over 16-lane steps: three column chunks a row, the last one 8 wide."""
     p = ConvProblem.build(batch=1, groups=2, in_channels=2, input_size=(5, 40), filter_size=(3, 5), padding=(1, 2),
@@ -106,11 +134,12 @@ def test_non_contiguous_views(view):
     assert_close_to_reference(outcome, p)
 
 
-@pytest.mark.parametrize("split_k", [1, 3])
-def test_deterministic(split_k):
-    p = ConvProblem.build(**CASES["dw5x5-odd"], dtype="bf16", layout="channels_last")
+@pytest.mark.parametrize("split_k, gm", [(1, 1), (3, 1), (3, 8)])
+def test_deterministic(split_k, gm):
+    case = CASES["dw5x5-odd"] if gm == 1 else BLOCK_CASES["dw7x7-cb"]
+    p = ConvProblem.build(**case, dtype="bf16", layout="channels_last")
     x, dy = make_inputs(p, DEVICE)
-    chosen = convwgrad.plan(p, DEVICE, family=FAMILY, tile=SMALL, split_k=split_k)
+    chosen = convwgrad.plan(p, DEVICE, family=FAMILY, tile=SMALL, split_k=split_k, group_merge=gm)
     with convwgrad.record_launches() as log:
         first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
         second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
@@ -129,10 +158,10 @@ def test_each_tap_matches():
 
 
 # ---------------------------------------------------------------------------------- mutations
-def _launch_mutated(p, mutate):
+def _launch_mutated(p, mutate, group_merge=1):
     """Run the family's launcher directly with its stage-1 arguments passed through ``mutate``."""
     target = resolve_target(None)
-    spec = convwgrad.plan(p, family=FAMILY, tile=SMALL, split_k=2).spec
+    spec = convwgrad.plan(p, family=FAMILY, tile=SMALL, split_k=2, group_merge=group_merge).spec
     x, dy = make_inputs(p, DEVICE)
     out = torch.full(p.weight_size, float("nan"), dtype=x.dtype, device=DEVICE)
     workspace = torch.full((spec.split_k * out.numel(),), float("nan"), dtype=torch.float32, device=DEVICE)
@@ -153,15 +182,17 @@ def _bump(target_name, by):
     return lambda name, value: value + by if name == target_name else value
 
 
+@pytest.mark.parametrize("group_merge", [1, 8])
 @pytest.mark.parametrize("mutation", ["row-shift", "column-shift", "dilation-dropped"])
-def test_suite_catches_a_dropped_shift(mutation):
+def test_suite_catches_a_dropped_shift(mutation, group_merge):
     """The reference comparison fails when a shift is wrong: the row (ky) shift off by one row,
-    the column (kx) shift off by one column, or the row dilation dropped."""
-    p = ConvProblem.build(**CASES["dilation2"], dtype="fp32", layout="contiguous")
-    assert _launch_mutated(p, lambda name, value: value) <= TOLERANCE["fp32"]  # the harness itself is sound
+    the column (kx) shift off by one column, or the row dilation dropped; for both kernels."""
+    case = dict(CASES["dilation2"], groups=8, in_channels=8)
+    p = ConvProblem.build(**case, dtype="fp32", layout="channels_last")
+    assert _launch_mutated(p, lambda name, value: value, group_merge) <= TOLERANCE["fp32"]  # the harness is sound
     mutate = {"row-shift": _bump("PAD_H", 1), "column-shift": _bump("PAD_W", -1),
               "dilation-dropped": _bump("DIL_H", -1)}[mutation]
-    error = _launch_mutated(p, mutate)
+    error = _launch_mutated(p, mutate, group_merge)
     assert error > 100 * TOLERANCE["fp32"], f"{mutation}: error {error:.2e} not caught"
 
 
