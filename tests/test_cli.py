@@ -24,9 +24,21 @@ def test_bench_json_ranks_and_marks_plan(capsys):
     (result,) = json.loads(capsys.readouterr().out)
     configs = result["configs"]
     assert sum(c["planned"] for c in configs) == 1
-    assert {c["family"] for c in configs} == {"wgrad_merged", "wgrad_splitk", "aten"}
+    assert {c["family"] for c in configs} == {"wgrad_merged", "wgrad_shifted", "wgrad_splitk", "aten"}
     assert all(c["passed"] and c["time_ms"] > 0 for c in configs)
     assert len({c["kernel_name"] for c in configs}) == len(configs)
+
+
+def test_bench_family_sweeps_one_family_beside_the_plan(capsys):
+    argv = ["bench", "--shape", "N=1,C=2,H=6,W=7,k=5,g=2", "--json", "--no-progress", "--family", "wgrad_shifted"]
+    assert main(argv) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    configs = result["configs"]
+    planned = [c for c in configs if c["planned"]]
+    shifted = [c for c in configs if c["family"] == "wgrad_shifted"]
+    assert len(planned) == 1 and planned[0]["family"] != "wgrad_shifted"  # opt-in: timed beside the plan
+    assert len(shifted) >= 2 and all(c["passed"] for c in shifted)
+    assert {c["family"] for c in configs} == {"wgrad_shifted", planned[0]["family"]}
 
 
 def test_bench_table(capsys):

@@ -28,6 +28,7 @@ DISABLE_ENV = "CONVWGRAD_DISABLE_PLUGINS"
 #: Each registers under its module name, which is also what CONVWGRAD_DISABLE_PLUGINS takes.
 DEFAULT_PLUGINS = (
     "convwgrad.plugins.wgrad_merged:plugin",
+    "convwgrad.plugins.wgrad_shifted:plugin",
     "convwgrad.plugins.wgrad_splitk:plugin",
     "convwgrad.plugins.aten_fallback:plugin",
     "convwgrad.selectors",

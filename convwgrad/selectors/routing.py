@@ -25,6 +25,11 @@ CUDNN_WINS_UP_TO_TAPS = 49
 #: channels_last) a multiple of 16 elements; otherwise they stay element-wide. Every
 #: one of the 51 swept layers with C % 16 != 0 ran faster in cuDNN than in any merged config.
 VECTOR_CHANNEL_MULTIPLE = 16
+#: Families the priority rule passes over until a measurement routes problems to them: they
+#: run when pinned (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. The
+#: shifted-view family (issue 11) has no H200 measurement yet; without this it would take the
+#: depthwise problems merged refuses (e.g. an odd channel count) from split-K and aten untimed.
+OPT_IN_FAMILIES = ("wgrad_shifted",)
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
@@ -70,12 +75,21 @@ def select(problem, target, candidates, families) -> Choice | None:
     admitted = [spec for spec, verdict in candidates if verdict]
     if not admitted:
         return None
+    routed = [spec for spec in admitted if spec.family not in OPT_IN_FAMILIES]
+    if not routed:  # only opt-in families offered: a pin chose them
+        spec = admitted[0]
+        return Choice(spec=spec, rule=f"pinned: {spec.family} is opt-in until measured (routing.OPT_IN_FAMILIES); "
+                                      "first admitted candidate")
+    passed_over = sorted({spec.family for spec in admitted} - {spec.family for spec in routed})
+    admitted = routed
     order = {name: rank for rank, name in enumerate(families.names())}
     best = min(admitted, key=lambda spec: order.get(spec.family, len(order)))  # stable: first listed wins ties
     fallback = next((spec for spec in admitted if spec.family == FALLBACK_FAMILY), None)
     if best.family == FALLBACK_FAMILY:
-        refused = sorted({s.family for s, v in candidates if not v and s.family != FALLBACK_FAMILY})
+        refused = sorted({s.family for s, v in candidates if not v and s.family != FALLBACK_FAMILY} - set(passed_over))
         why = f"no Triton family admits the problem ({', '.join(refused)} refused)" if refused else "no other family offered a candidate"
+        if passed_over:
+            why += f"; {', '.join(passed_over)} admits it but is opt-in until measured"
         return Choice(spec=best, rule=f"fallback: {why}")
     measured = aten_measured_faster(problem, target, best.family)
     if measured and fallback is not None:

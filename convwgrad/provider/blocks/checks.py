@@ -28,10 +28,11 @@ def allows_tf32(problem, target) -> bool:
     return target.backend == "cuda" or target.arch == "gfx942"
 
 
-def tiled_kernel_reasons(problem, spec, target, grids, max_blocks) -> list[str]:
+def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_steps=None) -> list[str]:
     """Refusals every tiled Triton family shares: target, dtype, tile, split-K, TF32, index width,
     grid limits. ``grids(problem, spec)`` gives the family's launch grids, ``max_blocks`` its
-    largest (block_m, block_n, block_k)."""
+    largest (block_m, block_n, block_k). ``reduction_steps(problem, spec)``, if given, counts the
+    steps a split divides, for a family whose reduction is not K_gemm in block_k steps."""
     reasons = []
     if not target.runs_triton:
         reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
@@ -41,12 +42,18 @@ def tiled_kernel_reasons(problem, spec, target, grids, max_blocks) -> list[str]:
         return reasons + ["needs a tile"]
     block_sizes = block_size_reasons(spec.tile, max_blocks, MIN_BLOCK)
     reasons += block_sizes
-    blocks = k_blocks(problem, spec)
-    if spec.split_k > blocks:
-        reasons.append(
-            f"split_k={spec.split_k} exceeds the {blocks} block_k={spec.tile.block_k} steps of "
-            f"K_gemm={problem.gemm_k}: some splits would be empty"
-        )
+    if reduction_steps is None:
+        blocks = k_blocks(problem, spec)
+        if spec.split_k > blocks:
+            reasons.append(
+                f"split_k={spec.split_k} exceeds the {blocks} block_k={spec.tile.block_k} steps of "
+                f"K_gemm={problem.gemm_k}: some splits would be empty"
+            )
+    elif not block_sizes:  # the steps of a tile the kernel cannot take mean nothing
+        steps = reduction_steps(problem, spec)
+        if spec.split_k > steps:
+            reasons.append(f"split_k={spec.split_k} exceeds the {steps} reduction steps of block_k="
+                           f"{spec.tile.block_k}: some splits would be empty")
     if spec.split_k > MAX_SPLIT_K:
         reasons.append(f"split_k={spec.split_k} exceeds the limit {MAX_SPLIT_K}")
     if spec.allow_tf32 and not allows_tf32(problem, target):
