@@ -1,0 +1,165 @@
+"""Launcher of the direct family: the gate, the step geometry, grids, arguments, the split policy.
+
+Tile fields, as this family reads them (it has no GEMM tile; see :mod:`.kernels`):
+
+- ``block_m``: output channels per program (BLOCK_C);
+- ``block_n``: filter taps per program, a power of two (BLOCK_T); taps past it go to more
+  programs along grid axis 2;
+- ``block_k``: output columns per step (BLOCK_W): the positions one step accumulates;
+- ``num_warps``; ``num_stages`` is passed to Triton but the kernel has no tl.dot to pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+
+from convwgrad.provider.aot import Constexpr
+from convwgrad.provider.blocks import launch as shared
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.spec import KernelSpec, cdiv
+
+from .kernels import _wgrad_direct_kernel
+
+#: Largest channels per program: 256 is 32 lanes x 8 bf16 (one warp's 16-byte vectors side by
+#: side); past it a program holds more channels than a warp can load in one instruction.
+MAX_BLOCK_C = 256
+#: Largest taps per program: 64 holds a 7x7 (8x8 padded) filter; bigger filters take more
+#: programs along grid axis 2 (each re-reading its inputs), which is the large-filter families'
+#: ground, not this one's.
+MAX_BLOCK_T = 64
+#: Largest columns per step: 256 covers a 224-wide output row in one segment (NCHW tiles).
+MAX_BLOCK_W = 256
+#: fp32 accumulators per thread (block_m * block_n * block_k / threads) past which a tile is
+#: refused: each accumulator comes with its input element, and 128 + 128 registers spill.
+#: Chosen from the register budget (255 a thread on sm_90), not yet measured.
+MAX_ACC_PER_THREAD = 128
+
+
+def steps_per_row(problem: ConvProblem, spec: KernelSpec) -> int:
+    """Segments of block_k output columns in one output row."""
+    return cdiv(problem.output_size[-1], spec.tile.block_k)
+
+
+def total_steps(problem: ConvProblem, spec: KernelSpec) -> int:
+    """Segments one channel block walks: every output row (n, od, oh) times its segments."""
+    rows = problem.batch * math.prod(problem.output_size[:-1])
+    return rows * steps_per_row(problem, spec)
+
+
+def inner_columns(problem: ConvProblem, block_w: int) -> tuple[int, int]:
+    """Segments [lo, hi) of an output row whose every tap reads inside the input (no column mask)."""
+    width, out_width = problem.input_size[-1], problem.output_size[-1]
+    fx, stride, dil = problem.filter_size[-1], problem.stride[-1], problem.dilation[-1]
+    pad = problem.padding[-1][0]
+    span = block_w * stride
+    lo = cdiv(pad, span)
+    last = width - 1 + pad - (fx - 1) * dil - (block_w - 1) * stride  # largest ow0 * stride allowed
+    hi = min(out_width // block_w, last // span + 1) if last >= 0 else 0
+    return lo, max(lo, hi)
+
+
+def accumulators_per_thread(spec: KernelSpec, target) -> float:
+    tile = spec.tile
+    return tile.block_m * tile.block_n * tile.block_k / (tile.num_warps * target.warp_size)
+
+
+def direct_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
+    """Why the direct kernel cannot run ``spec`` on ``problem``; [] when it can. The one gate:
+    support() and validate() both call it."""
+    reasons = []
+    if problem.cpg != 1:
+        reasons.append(f"cpg={problem.cpg}: the direct family computes depthwise and channel-multiplier "
+                       f"problems (cpg == 1); grouped convolutions run in the split-K family")
+    if spec.group_merge != 1:
+        reasons.append(f"group_merge={spec.group_merge}: the direct family blocks channels by tile.block_m, "
+                       f"it takes no merge degree")
+    if spec.allow_tf32:
+        reasons.append("allow_tf32=True: the direct family has no matrix-unit path, it accumulates fp32 FMAs")
+    tile = spec.tile
+    if tile is None:
+        reasons.append("needs a tile")
+        return reasons
+    for name, size, limit in (("block_m", tile.block_m, MAX_BLOCK_C), ("block_n", tile.block_n, MAX_BLOCK_T),
+                              ("block_k", tile.block_k, MAX_BLOCK_W)):
+        if size > limit:
+            reasons.append(f"{name}={size} exceeds the direct family's largest {name} {limit}")
+    per_thread = accumulators_per_thread(spec, target)
+    if per_thread > MAX_ACC_PER_THREAD:
+        reasons.append(f"tile {tile.name} holds {per_thread:g} fp32 accumulators a thread on {target.name}, "
+                       f"over {MAX_ACC_PER_THREAD}: it would spill registers")
+    return reasons
+
+
+def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
+    """Raise ValueError with the gate's reasons before anything is launched or compiled."""
+    reasons = direct_available(problem, spec, target)
+    if reasons:
+        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+
+
+def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
+    """Stage 1: (channel blocks, split_k, tap blocks); stage 2, if any: the shared reduction's."""
+    taps = math.prod(problem.filter_size)
+    stage1 = (cdiv(problem.out_channels, spec.tile.block_m), spec.split_k, cdiv(taps, spec.tile.block_n))
+    if not spec.two_stage:
+        return (stage1,)
+    return stage1, shared.reduce_grid(problem)
+
+
+#: The split policy's aim: programs per compute unit. At ~100 registers a thread a 4-warp
+#: program leaves room for ~5 resident per H200 SM; 8 gives the scheduler a second, partial wave
+#: to balance uneven splits. Not yet measured.
+TARGET_PROGRAMS_PER_CU = 8
+#: Each split walks at least this many segments, so the fp32 partial it writes ([taps, channels]
+#: per program) and the reduction stay small next to its loads. Not yet measured.
+MIN_STEPS_PER_SPLIT = 16
+
+
+def choose_split_k(problem: ConvProblem, spec: KernelSpec, target, base_programs: int, max_split_k: int) -> int:
+    """The direct family's split: fill TARGET_PROGRAMS_PER_CU programs a compute unit, every split
+    at least MIN_STEPS_PER_SPLIT segments, within ``max_split_k``. Its own policy (not the merged
+    family's ladder): this kernel streams on CUDA cores and wants full waves."""
+    wanted = cdiv(TARGET_PROGRAMS_PER_CU * target.compute_units, max(1, base_programs))
+    cap = max(1, min(max_split_k, total_steps(problem, spec) // MIN_STEPS_PER_SPLIT))
+    return max(1, min(wanted, cap))
+
+
+def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
+    split_stride, k_stride, _c_stride, z_stride, y_stride, x_stride = out_strides  # cpg == 1
+    col_blocks = steps_per_row(problem, spec)
+    steps = total_steps(problem, spec)
+    inner_lo, inner_hi = inner_columns(problem, spec.tile.block_k)
+    return [
+        ("X", x), ("DY", dy), ("OUT", out),
+        *shared.geometry_args(problem),
+        ("TAPS", math.prod(problem.filter_size)),
+        ("C_OUT", problem.out_channels),
+        ("KPG", problem.kpg),
+        ("COL_BLOCKS", col_blocks),
+        ("STEPS", steps),
+        ("STEPS_PER_SPLIT", cdiv(steps, spec.split_k)),
+        ("COL_INNER_LO", inner_lo), ("COL_INNER_HI", inner_hi),
+        *shared.operand_stride_args(x, dy),
+        ("stride_os", split_stride), ("stride_ok", k_stride),
+        ("stride_oz", z_stride), ("stride_oy", y_stride), ("stride_ox", x_stride),
+        ("BLOCK_C", Constexpr(spec.tile.block_m)),
+        ("BLOCK_T", Constexpr(spec.tile.block_n)),
+        ("BLOCK_W", Constexpr(spec.tile.block_k)),
+        ("IS_ONE_COL_BLOCK", Constexpr(col_blocks == 1)),
+        ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
+    ]
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
+                             kernel=_wgrad_direct_kernel, make_args=stage1_args, grids=grids, validate=validate)
+
+
+def prepare(problem, spec, target, input, grad_output, out):
+    return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=_wgrad_direct_kernel,
+                                 make_args=stage1_args, grids=grids, validate=validate)
+
+
+def compile_kernels(problem, spec, target):
+    return shared.compile_stages(problem, spec, target, kernel=_wgrad_direct_kernel, make_args=stage1_args,
+                                 validate=validate)
