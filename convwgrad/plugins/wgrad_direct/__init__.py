@@ -46,7 +46,11 @@ def tile_for(problem, target, *, acc_per_thread: int = ACC_PER_THREAD[0], num_wa
     out_width = pow2_at_least(problem.output_size[-1])
     channels = pow2_at_least(problem.out_channels)
     if problem.layout == "channels_last":
-        block_c = min(channels, VECTOR_BYTES // problem.element_size * CHANNEL_LANES)
+        widest = VECTOR_BYTES // problem.element_size * CHANNEL_LANES
+        block_c = min(channels, widest)
+        exact = problem.out_channels & -problem.out_channels  # largest power of two dividing C
+        if VECTOR_BYTES // problem.element_size <= exact < block_c:
+            block_c = exact  # no channel tail: C=96 takes 3 x 32, not 2 x 64 with the second half empty
         block_w = max(1, min(budget // (block_t * block_c), out_width, launcher.MAX_BLOCK_W))
     else:
         block_w = max(1, min(out_width, launcher.MAX_BLOCK_W, budget // block_t))

@@ -37,9 +37,21 @@ from convwgrad.provider.blocks.jit import _split_taps
 
 
 @triton.jit
-def _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_mask3, chan_mask2, dx, cols,
+def _load_step(acc, x_ptrs, dy_ptrs, x_mask, dy_mask, IS_MASKED: tl.constexpr):
+    """One segment: acc[t, c, w] += x[t, c, w] * dy[c, w] in fp32; unmasked loads when not IS_MASKED."""
+    if IS_MASKED:
+        xv = tl.load(x_ptrs, mask=x_mask, other=0.0)
+        dv = tl.load(dy_ptrs, mask=dy_mask, other=0.0)
+    else:
+        xv = tl.load(x_ptrs)
+        dv = tl.load(dy_ptrs)
+    return acc + xv.to(tl.float32) * dv.to(tl.float32)[None, :, :]
+
+
+@triton.jit
+def _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_ok, dx, cols,
                  W, OW, STRIDE_W, PAD_W, stride_xw, stride_dyw,
-                 BLOCK_W: tl.constexpr, IS_WIDE_INDEX: tl.constexpr):
+                 BLOCK_W: tl.constexpr, HAS_CHANNEL_TAIL: tl.constexpr, IS_WIDE_INDEX: tl.constexpr):
     """One segment with its column mask (the segments at the padding or the row's end)."""
     ow0 = b * BLOCK_W
     if IS_WIDE_INDEX:
@@ -47,10 +59,27 @@ def _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_mask3, c
     ix0 = ow0 * STRIDE_W - PAD_W
     ix = (ix0 + dx)[:, None] + (cols * STRIDE_W)[None, :]
     ow_ok = (ow0 + cols) < OW
-    col_mask = row_ok[:, None] & (ix >= 0) & (ix < W) & ow_ok[None, :]
-    xv = tl.load(x_ptrs0 + (x_row + ix0 * stride_xw), mask=col_mask[:, None, :] & chan_mask3, other=0.0)
-    dv = tl.load(dy_ptrs0 + (dy_row + ow0 * stride_dyw), mask=chan_mask2 & ow_ok[None, :], other=0.0)
-    return acc + xv.to(tl.float32) * dv.to(tl.float32)[None, :, :]
+    x_mask = (row_ok[:, None] & (ix >= 0) & (ix < W) & ow_ok[None, :])[:, None, :]
+    dy_mask = ow_ok[None, :]
+    if HAS_CHANNEL_TAIL:
+        x_mask = x_mask & chan_ok[None, :, None]
+        dy_mask = dy_mask & chan_ok[:, None]
+    return _load_step(acc, x_ptrs0 + (x_row + ix0 * stride_xw), dy_ptrs0 + (dy_row + ow0 * stride_dyw),
+                      x_mask, dy_mask, True)
+
+
+@triton.jit
+def _inner_segments(acc, lo, hi, x_ptrs0, dy_ptrs0, x_row, dy_row, x_mask, dy_mask,
+                    STRIDE_W, PAD_W, stride_xw, stride_dyw,
+                    BLOCK_W: tl.constexpr, IS_MASKED: tl.constexpr, IS_WIDE_INDEX: tl.constexpr):
+    """Segments [lo, hi) of one row, all inside the input's columns: the masks are loop-invariant."""
+    for b in range(lo, hi):
+        ow0 = b * BLOCK_W
+        if IS_WIDE_INDEX:
+            ow0 = ow0.to(tl.int64)
+        acc = _load_step(acc, x_ptrs0 + (x_row + (ow0 * STRIDE_W - PAD_W) * stride_xw),
+                         dy_ptrs0 + (dy_row + ow0 * stride_dyw), x_mask, dy_mask, IS_MASKED)
+    return acc
 
 
 @triton.jit
@@ -77,6 +106,7 @@ def _wgrad_direct_kernel(
     BLOCK_C: tl.constexpr,  # output channels per program (Tile.block_m)
     BLOCK_T: tl.constexpr,  # filter taps per program, a power of two >= 1 (Tile.block_n)
     BLOCK_W: tl.constexpr,  # output columns per step (Tile.block_k)
+    HAS_CHANNEL_TAIL: tl.constexpr,  # C_OUT % BLOCK_C != 0: the last channel block is masked
     IS_ONE_COL_BLOCK: tl.constexpr,  # COL_BLOCKS == 1: the column mask is built once per program
     IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets, for operands whose offsets reach 2**31
 ):
@@ -86,7 +116,9 @@ def _wgrad_direct_kernel(
 
     taps = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     tap_ok = taps < TAPS
-    _, tap_z, tap_y, tap_x = _split_taps(taps, FZ, FY, FX)
+    # Padding taps (past TAPS) read where the last tap reads: in bounds whenever it is, so the
+    # interior loads need no tap mask; their sums are never stored.
+    _, tap_z, tap_y, tap_x = _split_taps(tl.minimum(taps, TAPS - 1), FZ, FY, FX)
     dz = tap_z * DIL_D
     dy_ = tap_y * DIL_H
     dx = tap_x * DIL_W
@@ -107,11 +139,11 @@ def _wgrad_direct_kernel(
         + (x_chans * stride_xc)[None, :, None] + (cols * (STRIDE_W * stride_xw))[None, None, :]
     x_ptrs0 = X + x_tap_offsets
     dy_ptrs0 = DY + (chans * stride_dyc)[:, None] + (cols * stride_dyw)[None, :]
-    chan_mask3 = chan_ok[None, :, None]
-    chan_mask2 = chan_ok[:, None]
     if IS_ONE_COL_BLOCK:  # the one segment starts at ow = 0 in every row
         ix_once = (dx[:, None] - PAD_W) + (cols * STRIDE_W)[None, :]
         col_mask_once = (ix_once >= 0) & (ix_once < W) & (cols < OW)[None, :]
+    span_z = (FZ - 1) * DIL_D
+    span_y = (FY - 1) * DIL_H
 
     acc = tl.zeros((BLOCK_T, BLOCK_C, BLOCK_W), dtype=tl.float32)
     step_lo = split * STEPS_PER_SPLIT
@@ -129,40 +161,53 @@ def _wgrad_direct_kernel(
         iy0 = oh * STRIDE_H - PAD_H
         iz = iz0 + dz
         iy = iy0 + dy_
-        row_ok = tap_ok & (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H)  # [BLOCK_T], once per row
+        row_ok = (iz >= 0) & (iz < D) & (iy >= 0) & (iy < H)  # [BLOCK_T], once per row
         x_row = n * stride_xn + iz0 * stride_xd + iy0 * stride_xh
         dy_row = n * stride_dyn + od * stride_dyd + oh * stride_dyh
         first = row * COL_BLOCKS
         b_lo = tl.maximum(step_lo - first, 0)
         b_hi = tl.minimum(step_hi - first, COL_BLOCKS)
         if IS_ONE_COL_BLOCK:
-            x_mask = (row_ok[:, None] & col_mask_once)[:, None, :] & chan_mask3
-            dy_mask = chan_mask2 & (cols < OW)[None, :]
+            x_mask = (row_ok[:, None] & col_mask_once)[:, None, :]
+            dy_mask = (cols < OW)[None, :]
+            if HAS_CHANNEL_TAIL:
+                x_mask = x_mask & chan_ok[None, :, None]
+                dy_mask = dy_mask & chan_ok[:, None]
             for b in range(b_lo, b_hi):  # zero or one segment
-                xv = tl.load(x_ptrs0 + (x_row - PAD_W * stride_xw), mask=x_mask, other=0.0)
-                dv = tl.load(dy_ptrs0 + dy_row, mask=dy_mask, other=0.0)
-                acc += xv.to(tl.float32) * dv.to(tl.float32)[None, :, :]
+                acc = _load_step(acc, x_ptrs0 + (x_row - PAD_W * stride_xw), dy_ptrs0 + dy_row, x_mask, dy_mask, True)
         else:
             inner_lo = tl.minimum(b_hi, tl.maximum(b_lo, COL_INNER_LO))
             inner_hi = tl.maximum(inner_lo, tl.minimum(b_hi, COL_INNER_HI))
             # Interior segments: every tap's column is inside the input and every column is an
-            # output column, so the load mask is the row mask hoisted out of the loop.
-            x_mask_inner = row_ok[:, None, None] & chan_mask3
-            for b in range(inner_lo, inner_hi):
-                ow0 = b * BLOCK_W
-                if IS_WIDE_INDEX:
-                    ow0 = ow0.to(tl.int64)
-                xv = tl.load(x_ptrs0 + (x_row + (ow0 * STRIDE_W - PAD_W) * stride_xw), mask=x_mask_inner, other=0.0)
-                dv = tl.load(dy_ptrs0 + (dy_row + ow0 * stride_dyw), mask=chan_mask2, other=0.0)
-                acc += xv.to(tl.float32) * dv.to(tl.float32)[None, :, :]
+            # output column. In a row whose every tap row is inside too, no mask at all (but the
+            # channel tail's); otherwise the row mask, hoisted out of the loop.
+            row_inside = (iz0 >= 0) & (iz0 + span_z < D) & (iy0 >= 0) & (iy0 + span_y < H)
+            if row_inside:
+                if HAS_CHANNEL_TAIL:
+                    acc = _inner_segments(acc, inner_lo, inner_hi, x_ptrs0, dy_ptrs0, x_row, dy_row,
+                                          chan_ok[None, :, None], chan_ok[:, None], STRIDE_W, PAD_W,
+                                          stride_xw, stride_dyw, BLOCK_W, True, IS_WIDE_INDEX)
+                else:
+                    acc = _inner_segments(acc, inner_lo, inner_hi, x_ptrs0, dy_ptrs0, x_row, dy_row,
+                                          chan_ok[None, :, None], chan_ok[:, None], STRIDE_W, PAD_W,
+                                          stride_xw, stride_dyw, BLOCK_W, False, IS_WIDE_INDEX)
+            else:
+                x_mask = row_ok[:, None, None]
+                if HAS_CHANNEL_TAIL:
+                    x_mask = x_mask & chan_ok[None, :, None]
+                acc = _inner_segments(acc, inner_lo, inner_hi, x_ptrs0, dy_ptrs0, x_row, dy_row,
+                                      x_mask, chan_ok[:, None], STRIDE_W, PAD_W, stride_xw, stride_dyw,
+                                      BLOCK_W, True, IS_WIDE_INDEX)
             # Border segments (left padding, right padding, the row's last partial segment):
             # the column mask per (tap, column), from scalars and the precomputed tap vector.
             for b in range(b_lo, inner_lo):
-                acc = _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_mask3, chan_mask2,
-                                   dx, cols, W, OW, STRIDE_W, PAD_W, stride_xw, stride_dyw, BLOCK_W, IS_WIDE_INDEX)
+                acc = _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_ok, dx, cols,
+                                   W, OW, STRIDE_W, PAD_W, stride_xw, stride_dyw,
+                                   BLOCK_W, HAS_CHANNEL_TAIL, IS_WIDE_INDEX)
             for b in range(inner_hi, b_hi):
-                acc = _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_mask3, chan_mask2,
-                                   dx, cols, W, OW, STRIDE_W, PAD_W, stride_xw, stride_dyw, BLOCK_W, IS_WIDE_INDEX)
+                acc = _border_step(acc, b, x_ptrs0, dy_ptrs0, x_row, dy_row, row_ok, chan_ok, dx, cols,
+                                   W, OW, STRIDE_W, PAD_W, stride_xw, stride_dyw,
+                                   BLOCK_W, HAS_CHANNEL_TAIL, IS_WIDE_INDEX)
 
     part = tl.sum(acc, axis=2)  # [BLOCK_T, BLOCK_C]
     out_off = (tap_z * stride_oz + tap_y * stride_oy + tap_x * stride_ox)[:, None] + (chans * stride_ok)[None, :]

@@ -145,6 +145,7 @@ def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) ->
         ("BLOCK_C", Constexpr(spec.tile.block_m)),
         ("BLOCK_T", Constexpr(spec.tile.block_n)),
         ("BLOCK_W", Constexpr(spec.tile.block_k)),
+        ("HAS_CHANNEL_TAIL", Constexpr(problem.out_channels % spec.tile.block_m != 0)),
         ("IS_ONE_COL_BLOCK", Constexpr(col_blocks == 1)),
         ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
     ]
