@@ -90,16 +90,18 @@ def to_channels_last(t: torch.Tensor) -> torch.Tensor:
     return to_layout(t, "channels_last")
 
 
-def sweep_specs(problem: ConvProblem, target, *, splits=SWEEP_SPLITS, first_tile_only: bool = False) -> list[KernelSpec]:
+def sweep_specs(problem: ConvProblem, target, *, splits=SWEEP_SPLITS, first_tile_only: bool = False,
+                family: str | None = None) -> list[KernelSpec]:
     """Every admissible spec: each family's candidates at each split_k degree, the planned one included.
 
-    ``first_tile_only`` keeps each (family, group_merge)'s preferred tile, for quick sweeps.
+    ``first_tile_only`` keeps each (family, group_merge)'s preferred tile, for quick sweeps;
+    ``family`` keeps that family's candidates only (beside the planned spec).
     """
     chosen = make_plan(problem, target).spec
     specs = [chosen]
     first_tiles = {}
     for split in splits:
-        for spec, verdict in candidates(problem, target, split_k=split):
+        for spec, verdict in candidates(problem, target, split_k=split, **({"family": family} if family else {})):
             key = (spec.family, spec.group_merge)
             first_tiles.setdefault(key, spec.tile)
             if first_tile_only and spec.tile != first_tiles[key]:
@@ -156,6 +158,7 @@ def bench_problem(
     reference_on_device: bool = False,
     timed: bool = True,
     specs=None,
+    family: str | None = None,
 ) -> ProblemResult:
     """Verify every admissible config of ``problem`` and time the ones that pass.
 
@@ -172,7 +175,7 @@ def bench_problem(
     planned = make_plan(problem, target)
     results = []
     if specs is None:
-        specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only)
+        specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only, family=family)
     else:
         specs = [planned.spec, *(s for s in dict.fromkeys(specs) if s != planned.spec)]
     for index, spec in enumerate(specs):

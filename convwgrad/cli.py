@@ -166,7 +166,8 @@ def cmd_bench(args) -> int:
     for label, problem in problems:
         progress = ProgressBar(label, enabled=args.progress)
         result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
-                               splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph)
+                               splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph,
+                               family=args.family)
         results.append(result)
         if not args.json:
             print(format_table(result), flush=True)
@@ -344,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="verify and time every admissible config; rank them")
     _add_problem_args(bench, demo=True)
     bench.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    bench.add_argument("--family", default=None,
+                       help="sweep only this family's configs (the planned config is always timed beside them)")
     _add_timing_args(bench)
     bench.set_defaults(func=cmd_bench)
 

@@ -29,6 +29,17 @@ def test_bench_json_ranks_and_marks_plan(capsys):
     assert len({c["kernel_name"] for c in configs}) == len(configs)
 
 
+def test_bench_family_sweeps_that_family_beside_the_plan(capsys):
+    argv = ["bench", "--shape", TINY, "--json", "--no-progress", "--family", "wgrad_direct", "--splits", "1,2"]
+    assert main(argv) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    configs = result["configs"]
+    planned = [c for c in configs if c["planned"]]
+    assert len(planned) == 1 and all(c["family"] == "wgrad_direct" for c in configs if not c["planned"])
+    assert {c["spk"] for c in configs if c["family"] == "wgrad_direct"} == {1, 2}
+    assert all(c["passed"] for c in configs)
+
+
 def test_bench_table(capsys):
     assert main(["bench", "--shape", "name=tiny,N=1,C=3,L=20,k=4,g=3", "--dtype", "fp32", "--no-progress"]) == 0
     out = capsys.readouterr().out
