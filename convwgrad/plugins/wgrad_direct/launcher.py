@@ -4,7 +4,9 @@ Tile fields, as this family reads them (it has no GEMM tile; see :mod:`.kernels`
 
 - ``block_m``: output channels per program (BLOCK_C);
 - ``block_n``: filter taps per program, a power of two (BLOCK_T); taps past it go to more
-  programs along grid axis 2;
+  programs along grid axis 2. ``block_n = 1`` with a filter of more than one tap selects the
+  sliding kernel (:mod:`.sliding`): every tap its own unrolled [block_m] accumulator, each input
+  column loaded and converted once per step and filter row;
 - ``block_k``: output columns per step (BLOCK_W): the positions one step accumulates;
 - ``num_warps``; ``num_stages`` is passed to Triton but the kernel has no tl.dot to pipeline.
 """
@@ -19,6 +21,7 @@ from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import KernelSpec, cdiv
 
 from .kernels import _wgrad_direct_kernel
+from .sliding import sliding_kernel
 
 #: Largest channels per program: 256 is 32 lanes x 8 bf16 (one warp's 16-byte vectors side by
 #: side); past it a program holds more channels than a warp can load in one instruction.
@@ -33,6 +36,28 @@ MAX_BLOCK_W = 256
 #: refused: each accumulator comes with its input element, and 128 + 128 registers spill.
 #: Chosen from the register budget (255 a thread on sm_90), not yet measured.
 MAX_ACC_PER_THREAD = 128
+#: The sliding kernel unrolls every tap: up to a 9x9 filter (81 taps), past which the unrolled
+#: body (and its compile time) grows with no gain over the tile kernel's tap blocks. Not measured.
+MAX_SLIDING_TAPS = 81
+#: ...and taps x block_k FMAs a channel in one unrolled step: 648 = 81 taps x 8 columns, about
+#: 2 x 650 instructions a copy of the body (it has two). Chosen to keep the body within the
+#: instruction cache's reach; not yet measured.
+MAX_SLIDING_PRODUCTS = 648
+
+
+def is_sliding(problem: ConvProblem, spec: KernelSpec) -> bool:
+    """block_n == 1 on a filter of several taps selects the sliding kernel."""
+    return spec.tile is not None and spec.tile.block_n == 1 and math.prod(problem.filter_size) > 1
+
+
+def kernel_for(problem: ConvProblem, spec: KernelSpec):
+    """The stage-1 kernel ``spec`` runs: the tile kernel, or the sliding kernel generated for this
+    filter, stride, dilation, step and channel tail."""
+    if not is_sliding(problem, spec):
+        return _wgrad_direct_kernel
+    fz, fy, fx = shared.padded3(problem.filter_size, 1)
+    return sliding_kernel(fz, fy, fx, problem.stride[-1], problem.dilation[-1], spec.tile.block_k,
+                          problem.out_channels % spec.tile.block_m != 0)
 
 
 def steps_per_row(problem: ConvProblem, spec: KernelSpec) -> int:
@@ -58,8 +83,12 @@ def inner_columns(problem: ConvProblem, block_w: int) -> tuple[int, int]:
     return lo, max(lo, hi)
 
 
-def accumulators_per_thread(spec: KernelSpec, target) -> float:
+def accumulators_per_thread(spec: KernelSpec, target, problem: ConvProblem | None = None) -> float:
+    """fp32 accumulators a thread holds: the tile kernel's [block_n, block_m, block_k] tile, or the
+    sliding kernel's taps x block_m (``problem`` given)."""
     tile = spec.tile
+    if problem is not None and is_sliding(problem, spec):
+        return math.prod(problem.filter_size) * tile.block_m / (tile.num_warps * target.warp_size)
     return tile.block_m * tile.block_n * tile.block_k / (tile.num_warps * target.warp_size)
 
 
@@ -83,7 +112,15 @@ def direct_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str
                               ("block_k", tile.block_k, MAX_BLOCK_W)):
         if size > limit:
             reasons.append(f"{name}={size} exceeds the direct family's largest {name} {limit}")
-    per_thread = accumulators_per_thread(spec, target)
+    per_thread = accumulators_per_thread(spec, target, problem)
+    if is_sliding(problem, spec):
+        taps = math.prod(problem.filter_size)
+        if taps > MAX_SLIDING_TAPS:
+            reasons.append(f"block_n=1 (the sliding kernel) unrolls all {taps} taps, over {MAX_SLIDING_TAPS}: "
+                           f"use the tile kernel (block_n > 1) for this filter")
+        if taps * tile.block_k > MAX_SLIDING_PRODUCTS:
+            reasons.append(f"block_k={tile.block_k} x {taps} taps = {taps * tile.block_k} unrolled FMAs a step, "
+                           f"over the sliding kernel's {MAX_SLIDING_PRODUCTS}")
     if per_thread > MAX_ACC_PER_THREAD:
         reasons.append(f"tile {tile.name} holds {per_thread:g} fp32 accumulators a thread on {target.name}, "
                        f"over {MAX_ACC_PER_THREAD}: it would spill registers")
@@ -98,9 +135,11 @@ def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
-    """Stage 1: (channel blocks, split_k, tap blocks); stage 2, if any: the shared reduction's."""
+    """Stage 1: (channel blocks, split_k, tap blocks: 1 for the sliding kernel); stage 2, if any: the
+    shared reduction's."""
     taps = math.prod(problem.filter_size)
-    stage1 = (cdiv(problem.out_channels, spec.tile.block_m), spec.split_k, cdiv(taps, spec.tile.block_n))
+    tap_blocks = 1 if is_sliding(problem, spec) else cdiv(taps, spec.tile.block_n)  # sliding: every tap a program
+    stage1 = (cdiv(problem.out_channels, spec.tile.block_m), spec.split_k, tap_blocks)
     if not spec.two_stage:
         return (stage1,)
     return stage1, shared.reduce_grid(problem)
@@ -152,15 +191,18 @@ def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) ->
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    validate(problem, spec, target)
     return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
-                             kernel=_wgrad_direct_kernel, make_args=stage1_args, grids=grids, validate=validate)
+                             kernel=kernel_for(problem, spec), make_args=stage1_args, grids=grids, validate=validate)
 
 
 def prepare(problem, spec, target, input, grad_output, out):
-    return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=_wgrad_direct_kernel,
+    validate(problem, spec, target)
+    return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel_for(problem, spec),
                                  make_args=stage1_args, grids=grids, validate=validate)
 
 
 def compile_kernels(problem, spec, target):
-    return shared.compile_stages(problem, spec, target, kernel=_wgrad_direct_kernel, make_args=stage1_args,
+    validate(problem, spec, target)
+    return shared.compile_stages(problem, spec, target, kernel=kernel_for(problem, spec), make_args=stage1_args,
                                  validate=validate)
