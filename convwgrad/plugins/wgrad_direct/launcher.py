@@ -149,16 +149,21 @@ def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int],
 #: program leaves room for ~5 resident per H200 SM; 8 gives the scheduler a second, partial wave
 #: to balance uneven splits. Not yet measured.
 TARGET_PROGRAMS_PER_CU = 8
+#: ...or warps per compute unit, whichever asks for more programs: narrow programs (the sliding
+#: kernel's 1-warp ones) need more of them to fill a SM. Not yet measured.
+TARGET_WARPS_PER_CU = 32
 #: Each split walks at least this many segments, so the fp32 partial it writes ([taps, channels]
 #: per program) and the reduction stay small next to its loads. Not yet measured.
 MIN_STEPS_PER_SPLIT = 16
 
 
 def choose_split_k(problem: ConvProblem, spec: KernelSpec, target, base_programs: int, max_split_k: int) -> int:
-    """The direct family's split: fill TARGET_PROGRAMS_PER_CU programs a compute unit, every split
+    """The direct family's split: fill TARGET_PROGRAMS_PER_CU programs (or TARGET_WARPS_PER_CU warps)
+    a compute unit, every split
     at least MIN_STEPS_PER_SPLIT segments, within ``max_split_k``. Its own policy (not the merged
     family's ladder): this kernel streams on CUDA cores and wants full waves."""
-    wanted = cdiv(TARGET_PROGRAMS_PER_CU * target.compute_units, max(1, base_programs))
+    per_cu = max(TARGET_PROGRAMS_PER_CU, TARGET_WARPS_PER_CU // spec.tile.num_warps)
+    wanted = cdiv(per_cu * target.compute_units, max(1, base_programs))
     cap = max(1, min(max_split_k, total_steps(problem, spec) // MIN_STEPS_PER_SPLIT))
     return max(1, min(wanted, cap))
 
