@@ -23,9 +23,10 @@ from convwgrad.provider.spec import KernelSpec, cdiv
 from .kernels import _wgrad_direct_kernel
 from .sliding import sliding_kernel
 
-#: Largest channels per program: 256 is 32 lanes x 8 bf16 (one warp's 16-byte vectors side by
-#: side); past it a program holds more channels than a warp can load in one instruction.
-MAX_BLOCK_C = 256
+#: Largest channels per program: 512 is 64 lanes x 8 bf16 (one wave64's 16-byte vectors side by
+#: side, the sliding kernel's widest 1-wave program on gfx950); the tile limits (this and the two
+#: below) are checked by the shared tiled_kernel_reasons.
+MAX_BLOCK_C = 512
 #: Largest taps per program: 64 holds a 7x7 (8x8 padded) filter; bigger filters take more
 #: programs along grid axis 2 (each re-reading its inputs), which is the large-filter families'
 #: ground, not this one's.
@@ -108,10 +109,6 @@ def direct_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str
     if tile is None:
         reasons.append("needs a tile")
         return reasons
-    for name, size, limit in (("block_m", tile.block_m, MAX_BLOCK_C), ("block_n", tile.block_n, MAX_BLOCK_T),
-                              ("block_k", tile.block_k, MAX_BLOCK_W)):
-        if size > limit:
-            reasons.append(f"{name}={size} exceeds the direct family's largest {name} {limit}")
     per_thread = accumulators_per_thread(spec, target, problem)
     if is_sliding(problem, spec):
         taps = math.prod(problem.filter_size)

