@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(bench, demo=True)
     bench.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     bench.add_argument("--family", default=None,
-                       help="sweep only this family's configs (e.g. wgrad_shifted); the planned config is timed beside them")
+                       help="sweep only this family's configs (e.g. wgrad_shifted, wgrad_direct); the planned config is timed beside them")
     _add_timing_args(bench)
     bench.set_defaults(func=cmd_bench)
 

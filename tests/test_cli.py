@@ -24,7 +24,7 @@ def test_bench_json_ranks_and_marks_plan(capsys):
     (result,) = json.loads(capsys.readouterr().out)
     configs = result["configs"]
     assert sum(c["planned"] for c in configs) == 1
-    assert {c["family"] for c in configs} == {"wgrad_merged", "wgrad_shifted", "wgrad_splitk", "aten"}
+    assert {c["family"] for c in configs} == {"wgrad_merged", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "aten"}
     assert all(c["passed"] and c["time_ms"] > 0 for c in configs)
     assert len({c["kernel_name"] for c in configs}) == len(configs)
 
@@ -39,6 +39,17 @@ def test_bench_family_sweeps_one_family_beside_the_plan(capsys):
     assert len(planned) == 1 and planned[0]["family"] != "wgrad_shifted"  # opt-in: timed beside the plan
     assert len(shifted) >= 2 and all(c["passed"] for c in shifted)
     assert {c["family"] for c in configs} == {"wgrad_shifted", planned[0]["family"]}
+
+
+def test_bench_family_sweeps_that_family_beside_the_plan(capsys):
+    argv = ["bench", "--shape", TINY, "--json", "--no-progress", "--family", "wgrad_direct", "--splits", "1,2"]
+    assert main(argv) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    configs = result["configs"]
+    planned = [c for c in configs if c["planned"]]
+    assert len(planned) == 1 and all(c["family"] == "wgrad_direct" for c in configs if not c["planned"])
+    assert {c["spk"] for c in configs if c["family"] == "wgrad_direct"} == {1, 2}
+    assert all(c["passed"] for c in configs)
 
 
 def test_bench_table(capsys):

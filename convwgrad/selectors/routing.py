@@ -27,9 +27,9 @@ CUDNN_WINS_UP_TO_TAPS = 49
 VECTOR_CHANNEL_MULTIPLE = 16
 #: Families the priority rule passes over until a measurement routes problems to them: they
 #: run when pinned (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. The
-#: shifted-view family (issue 11) has no H200 measurement yet; without this it would take the
-#: depthwise problems merged refuses (e.g. an odd channel count) from split-K and aten untimed.
-OPT_IN_FAMILIES = ("wgrad_shifted",)
+#: shifted-view (issue 11) and direct (issue 10) families have no H200 measurement yet; without
+#: this they would take problems the others refuse (e.g. an odd channel count) from aten untimed.
+OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct")
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a

@@ -30,11 +30,12 @@ BUILTINS = (
     "convwgrad.plugins.wgrad_merged",
     "convwgrad.plugins.wgrad_shifted",
     "convwgrad.plugins.wgrad_splitk",
+    "convwgrad.plugins.wgrad_direct",
     "convwgrad.plugins.aten_fallback",
     "convwgrad.selectors",
 )
 #: Families the built-ins register, highest priority first.
-BUILTIN_FAMILIES = ["wgrad_merged", "wgrad_shifted", "wgrad_splitk", "aten"]
+BUILTIN_FAMILIES = ["wgrad_merged", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "aten"]
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +73,7 @@ def test_builds_with_builtins():
     registry = families(pm)
     names = registry.names()
     assert set(BUILTIN_FAMILIES) <= set(names)
-    assert names.index("wgrad_merged") < names.index("wgrad_splitk") < names.index("aten")
+    assert names.index("wgrad_merged") < names.index("wgrad_splitk") < names.index("wgrad_direct") < names.index("aten")
     assert registry["wgrad_splitk"].priority > registry["aten"].priority
     assert registry["wgrad_splitk"].splits_k and not registry["aten"].splits_k
     assert [f.name for f in registry] == names
@@ -91,7 +92,7 @@ def test_families_is_cached_per_manager():
 
 
 def test_unknown_family_lookup_names_the_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown kernel family 'nope'; registered: wgrad_merged, wgrad_shifted, wgrad_splitk, aten"):
+    with pytest.raises(ValueError, match=r"unknown kernel family 'nope'; registered: wgrad_merged, wgrad_shifted, wgrad_splitk, wgrad_direct, aten"):
         families(build_plugin_manager(load_entrypoints=False))["nope"]
 
 
@@ -112,21 +113,21 @@ def test_disable_env_blocks_the_family(monkeypatch):
     assert pm.is_blocked("convwgrad.plugins.wgrad_splitk")
     assert pm.get_plugin("convwgrad.plugins.wgrad_splitk") is None
     assert "wgrad_splitk" not in families(pm)
-    problem = _problem(groups=4)  # grouped, not depthwise: wgrad_merged and wgrad_shifted refuse it
+    problem = _problem(groups=4)  # grouped, not depthwise: wgrad_merged, wgrad_shifted and wgrad_direct refuse it
     with use_plugin_manager(pm):
         chosen = plan(problem, "gfx950")
         text = str(explain(problem, "gfx950"))
     assert chosen.family == "aten"
-    assert chosen.rule == "fallback: no Triton family admits the problem (wgrad_merged, wgrad_shifted refused)"
+    assert chosen.rule == "fallback: no Triton family admits the problem (wgrad_direct, wgrad_merged, wgrad_shifted refused)"
     assert "wgrad_splitk" not in text
     assert "aten_fp32_spk1_1stage: admitted" in text
-    assert "rule:    fallback: no Triton family admits the problem (wgrad_merged, wgrad_shifted refused)" in text
+    assert "rule:    fallback: no Triton family admits the problem (wgrad_direct, wgrad_merged, wgrad_shifted refused)" in text
 
 
 def test_disable_env_is_comma_separated_and_trimmed(monkeypatch):
     monkeypatch.setenv(
         DISABLE_ENV, " convwgrad.plugins.wgrad_merged,convwgrad.plugins.wgrad_splitk , ,convwgrad.plugins.aten_fallback,"
-        "convwgrad.plugins.wgrad_shifted"
+        "convwgrad.plugins.wgrad_shifted,convwgrad.plugins.wgrad_direct"
     )
     pm = build_plugin_manager()
     assert families(pm).names() == []
@@ -143,6 +144,7 @@ def test_without_disable_env_splitk_is_chosen(pm):
     ("wgrad_merged", "convwgrad.plugins.wgrad_merged"),
     ("wgrad_shifted", "convwgrad.plugins.wgrad_shifted"),
     ("wgrad_splitk", "convwgrad.plugins.wgrad_splitk"),
+    ("wgrad_direct", "convwgrad.plugins.wgrad_direct"),
     ("aten", "convwgrad.plugins.aten_fallback"),
 ])
 def test_disable_env_takes_family_names(monkeypatch, recwarn, family, plugin):
@@ -157,7 +159,7 @@ def test_disable_env_takes_family_names(monkeypatch, recwarn, family, plugin):
 def test_disable_env_family_and_plugin_name_of_one_plugin(monkeypatch, recwarn):
     monkeypatch.setenv(DISABLE_ENV, "wgrad_merged,convwgrad.plugins.wgrad_merged, aten")
     pm = build_plugin_manager()
-    assert families(pm).names() == ["wgrad_shifted", "wgrad_splitk"]
+    assert families(pm).names() == ["wgrad_shifted", "wgrad_splitk", "wgrad_direct"]
     assert not recwarn.list  # the family of a plugin blocked by its path is still a known name
 
 
@@ -168,10 +170,10 @@ def test_disable_env_unknown_name_warns_listing_the_known_ones(monkeypatch):
     assert len(caught) == 1 and caught[0].filename == __file__
     assert str(caught[0].message) == (
         f"{DISABLE_ENV}: 'wgrad_mergd', 'convwgrad.plugins.nothing' names no plugin and no kernel family, so it "
-        "disables nothing; known: families aten, wgrad_merged, wgrad_shifted, wgrad_splitk; plugins "
+        "disables nothing; known: families aten, wgrad_direct, wgrad_merged, wgrad_shifted, wgrad_splitk; plugins "
         + ", ".join(sorted(BUILTINS))
     )
-    assert families(pm).names() == ["wgrad_merged", "wgrad_shifted", "wgrad_splitk"]  # the known name still blocks
+    assert families(pm).names() == ["wgrad_merged", "wgrad_shifted", "wgrad_splitk", "wgrad_direct"]  # the known name still blocks
 
 
 # --------------------------------------------------------------- entry points

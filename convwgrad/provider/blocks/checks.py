@@ -28,11 +28,13 @@ def allows_tf32(problem, target) -> bool:
     return target.backend == "cuda" or target.arch == "gfx942"
 
 
-def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_steps=None) -> list[str]:
+def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_steps=None, *,
+                         min_block: int = MIN_BLOCK) -> list[str]:
     """Refusals every tiled Triton family shares: target, dtype, tile, split-K, TF32, index width,
     grid limits. ``grids(problem, spec)`` gives the family's launch grids, ``max_blocks`` its
-    largest (block_m, block_n, block_k). ``reduction_steps(problem, spec)``, if given, counts the
-    steps a split divides, for a family whose reduction is not K_gemm in block_k steps."""
+    largest (block_m, block_n, block_k), ``min_block`` its smallest (tl.dot's 16 unless the
+    family has no tl.dot). ``reduction_steps(problem, spec)``, if given, counts the steps a split
+    divides, for a family whose reduction is not K_gemm in block_k steps."""
     reasons = []
     if not target.runs_triton:
         reasons.append(f"target {target.name} runs no Triton kernels (on CPU set TRITON_INTERPRET=1)")
@@ -40,7 +42,7 @@ def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_ste
         reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
     if spec.tile is None:
         return reasons + ["needs a tile"]
-    block_sizes = block_size_reasons(spec.tile, max_blocks, MIN_BLOCK)
+    block_sizes = block_size_reasons(spec.tile, max_blocks, min_block)
     reasons += block_sizes
     if reduction_steps is None:
         blocks = k_blocks(problem, spec)
