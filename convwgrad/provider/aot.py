@@ -105,12 +105,17 @@ def triton_compile(kernel, args, *, target, num_warps: int, num_stages: int, nam
 
     # Under TRITON_INTERPRET=1 the decorator returns an interpreted wrapper;
     # compiling needs the real JIT function of the same Python source.
-    fn = kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
+    fn = kernel if isinstance(kernel, JITFunction) else JITFunction(
+        kernel.fn, do_not_specialize=getattr(kernel, "kwargs", {}).get("do_not_specialize"))
     names = list(fn.arg_names)
+    unspecialised = {param.name for param in fn.params if param.do_not_specialize}
     if [a for a, _ in args] != names:
         raise ValueError(f"argument list {[a for a, _ in args]} does not match {fn.__name__}{names}")
     signature, constexprs, attrs_ = {}, {}, {}
     for index, (arg, value) in enumerate(args):
+        if arg in unspecialised:  # as the JIT compiles a do_not_specialize argument: a plain int
+            signature[arg] = "i64" if not -(2**31) <= value < 2**31 else "i32"
+            continue
         if isinstance(value, int) and not isinstance(value, bool) and value == 1:
             value = Constexpr(1)  # the JIT specializes ints equal to 1 the same way
         if isinstance(value, Constexpr):

@@ -74,7 +74,15 @@ def _step_origin(t, i_lo, row_blocks, ROWS_PER_STEP, COL_CHUNKS, SEG, IS_WIDE_IN
     return n, i0, ow0
 
 
-@triton.jit
+#: Paddings are not specialised: with a padding divisible by 16, Triton 3.6 and 3.9 derived
+#: 16-byte alignment for the 1-D NCHW operand loads and issued 16-byte cp.async copies that
+#: fault at run time ("misaligned address" on the H200: 1-D, C=512, L=2048, k=65 pad 32 and k=33
+#: pad 16 faulted, pad 31 and (32, 31) ran; tools/shifted_triage.py, 2026-12-03). Unspecialised,
+#: every padding compiles as pad 31 did (offline sm_90 PTX: element loads, no cp.async of 16).
+UNSPECIALISED = ["PAD_H", "PAD_W"]
+
+
+@triton.jit(do_not_specialize=UNSPECIALISED)
 def _wgrad_shifted_kernel(
     X,  # input (N, C, rows, columns) in the kernel's axes, any strides
     DY,  # grad_output (N, K, out rows, out columns), any strides
@@ -197,7 +205,7 @@ def _wgrad_shifted_kernel(
     tl.store(out_ptrs, acc.to(OUT.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALISED)
 def _wgrad_shifted_cblock_kernel(
     X, DY, OUT,
     H, W, OH, OW, FY, FX,

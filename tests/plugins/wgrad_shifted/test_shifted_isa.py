@@ -64,3 +64,16 @@ def test_channel_block_loads_are_16_bytes(target, op, tile):
     assert set(isa.global_loads) == {16}, isa
     assert sum(n for name, n in isa.matrix_instructions.items() if name.startswith(op)) > 0, isa
     assert isa.scratch_bytes in (0, None) and ".local" not in kernels[0].asm.get("ptx", ""), isa
+
+
+@pytest.mark.parametrize("filter_size, padding", [(65, 32), (33, 16), (65, 31)])
+def test_paddings_divisible_by_16_compile_as_any_other(filter_size, padding):
+    """A 1-D NCHW layer whose padding Triton specialised as divisible by 16 got 16-byte cp.async
+    copies that faulted on the H200 ("misaligned address": k=65 pad 32, k=33 pad 16; pad 31 ran).
+    The paddings are do_not_specialize now: the same loads as pad 31, no 16-byte async copies."""
+    problem = ConvProblem.build(batch=4, groups=512, in_channels=512, input_size=(2048,), filter_size=filter_size,
+                                padding=padding, layout="contiguous")
+    kernels, isa = stage1(problem, "sm_90", split_k=1)
+    ptx = kernels[0].asm["ptx"]
+    assert "cp.async" not in ptx or ", 0x10" not in ptx.split("cp.async", 1)[1].split(";", 1)[0], isa
+    assert set(isa.global_loads) == {2}, isa
