@@ -30,6 +30,12 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: shifted-view (issue 11) and direct (issue 10) families have no H200 measurement yet; without
 #: this they would take problems the others refuse (e.g. an odd channel count) from aten untimed.
 OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct")
+#: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
+#: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
+#: (21 us; merged 87, cuDNN 350), 27x27 at 14x14 C512 N=16 (89; 571, 1806), 31x31 at 56x56 C128
+#: N=16 channels_last (455; 3143, 8085) and NCHW (459; 5523, 8230); the 1-D k=31 layer went the
+#: other way (shifted 615 us, merged 377), and no filter between 7x7 and 13x13 was measured.
+SHIFTED_FROM_TAPS = 13 * 13
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
@@ -41,7 +47,7 @@ OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct")
 #: that model's eager step is host-bound (92 ms a step for 66 ms of kernels), so host time is step time.
 MIN_TRITON_MACS = 12_000_000
 #: The families that rule was measured for (another plugin's family is its own author's to route).
-SMALL_LAYER_RULE_FAMILIES = ("wgrad_merged",)
+SMALL_LAYER_RULE_FAMILIES = ("wgrad_merged", "wgrad_shifted")
 
 
 def aten_measured_faster(problem, target, family: str) -> str | None:
@@ -71,10 +77,35 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
     return None
 
 
+def opt_in_measured_faster(problem, target, family: str) -> str | None:
+    """Where an opt-in family was measured faster than merged and cuDNN (the measurement, for the
+    rule), or None: only there does the router give it a problem."""
+    if family != "wgrad_shifted" or target.backend != "cuda":
+        return None
+    undilated = all(d == 1 for d in problem.dilation)
+    if (problem.spatial_dims != 2 or not undilated or problem.cpg != 1 or problem.kpg != 1
+            or math.prod(problem.filter_size) < SHIFTED_FROM_TAPS):
+        return None
+    if problem.layout == "channels_last" and problem.in_channels % 8:
+        return None  # measured only with its 8-channel blocks in channels_last
+    return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
+            f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
+
+
 def select(problem, target, candidates, families) -> Choice | None:
     admitted = [spec for spec, verdict in candidates if verdict]
     if not admitted:
         return None
+    for spec in admitted:  # an opt-in family where it was measured faster comes first
+        measured = spec.family in OPT_IN_FAMILIES and opt_in_measured_faster(problem, target, spec.family)
+        if measured:
+            fallback = next((s for s in admitted if s.family == FALLBACK_FAMILY), None)
+            slower = aten_measured_faster(problem, target, spec.family)
+            if slower and fallback is not None:
+                return Choice(spec=fallback, rule=f"measured: aten is faster than {spec.family} on "
+                                                  f"{target.backend} ({slower})")
+            return Choice(spec=spec, rule=f"measured: {spec.family} is faster than the families above it and "
+                                          f"aten on {target.backend} ({measured}); first admitted candidate")
     routed = [spec for spec in admitted if spec.family not in OPT_IN_FAMILIES]
     if not routed:  # only opt-in families offered: a pin chose them
         spec = admitted[0]

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 #: (name, input shape, weight shape, padding, family): one single-stage and one split-K layer
 LAYERS = [
-    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, "wgrad_merged"),
+    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, "wgrad_shifted"),
     ("conformer-1d-k31", (8, 256, 200), (256, 1, 31), 15, "wgrad_merged"),
 ]
 

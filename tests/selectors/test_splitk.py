@@ -127,7 +127,19 @@ def test_routing_rules_fire_and_say_so():
     assert on_cuda.family == "aten" and on_cuda.rule.startswith("measured:")
     large_filter = ConvProblem.build(batch=32, groups=128, in_channels=128, input_size=(56, 56),
                                      filter_size=31, padding=15, layout="channels_last")
-    assert plan(large_filter, "sm_90").family == "wgrad_merged"
+    chosen = plan(large_filter, "sm_90")  # measured: shifted 455 us, merged 3143, cuDNN 8085 at N=16
+    assert chosen.family == "wgrad_shifted" and chosen.rule.startswith("measured: wgrad_shifted is faster")
+    assert chosen.spec.group_merge == 8 and chosen.spec.tile.num_stages == 1  # the measured fastest tile
+    nchw = attrs.evolve(large_filter, layout="contiguous")
+    assert plan(nchw, "sm_90").family == "wgrad_shifted" and plan(nchw, "sm_90").spec.group_merge == 1
+    assert plan(large_filter, "gfx950").family == "wgrad_merged"  # nothing measured there
+    assert plan(large_filter, "interpreter").family == "wgrad_merged"
+    eleven = ConvProblem.build(batch=32, groups=128, in_channels=128, input_size=(56, 56), filter_size=11,
+                               padding=5, layout="channels_last")
+    assert plan(eleven, "sm_90").family == "wgrad_merged"  # below the smallest filter measured (13x13)
+    odd_channels = ConvProblem.build(batch=32, groups=100, in_channels=100, input_size=(56, 56), filter_size=31,
+                                     padding=15, layout="channels_last")
+    assert plan(odd_channels, "sm_90").family != "wgrad_shifted"  # 8-channel blocks do not fit: not measured
     conv1d = ConvProblem.build(batch=32, groups=256, in_channels=256, input_size=(512,), filter_size=31, padding=15)
     assert plan(conv1d, "sm_90").family == "wgrad_merged"
     grouped = ConvProblem.build(batch=32, groups=32, in_channels=128, input_size=(28, 28), filter_size=3, padding=1)
@@ -142,8 +154,8 @@ def test_routing_rules_fire_and_say_so():
     chosen = plan(small, "sm_90")  # 5.3e6 MACs: saves less kernel time than it costs host time
     assert chosen.family == "aten" and "below 1.2e+07" in chosen.rule
     assert plan(small, "gfx950").family == "wgrad_merged"  # measured on CUDA only
-    unaligned = ConvProblem.build(batch=32, groups=40, in_channels=40, input_size=(112, 112), filter_size=13,
-                                  padding=6, layout="channels_last")
+    unaligned = ConvProblem.build(batch=32, groups=40, in_channels=40, input_size=(112, 112), filter_size=11,
+                                  padding=5, layout="channels_last")  # 11x11: below the shifted family's class
     chosen = plan(unaligned, "sm_90")
     assert chosen.family == "aten" and "C=40 not a multiple of 16" in chosen.rule
     on_amd = plan(small_filter, "gfx950")

@@ -30,8 +30,8 @@ from convwgrad.provider.spec import KernelSpec, Tile, cdiv, pow2_at_least
 from . import launcher
 
 FAMILY = "wgrad_shifted"
-#: Between merged (20) and split-K (10): merged keeps every problem it admits until measured
-#: routing rules say otherwise; among the rest this family is the matrix-unit path for cpg == 1.
+#: Between merged (20) and split-K (10): merged keeps every problem it admits except where the
+#: measured rule (selectors/routing.py, opt_in_measured_faster) gives a layer to this family.
 PRIORITY = 15
 #: Largest A rows (kx x folded ky): 64 is one Hopper warpgroup's wgmma M and 32 fp32
 #: accumulators a thread at 4 warps with block_n = 64. Not yet measured.
@@ -66,8 +66,14 @@ def tile_shapes(problem) -> list[tuple[int, int]]:
 CHANNEL_BLOCK = 8
 #: Reduction lanes with a channel block: CB x the 2-D tile's operands, so a quarter of the lanes.
 #: 31x31 at CB = 8, 32 x 32: block_k 16 at 4 warps took 255 registers on sm_90 (no spill),
-#: block_k 32 at 8 warps 216. Not yet measured.
+#: block_k 32 at 8 warps 216. H200 (tools/family_bench.py, 2026-12-03, 4 channels_last layers):
+#: block_k 16 at 4 warps was the faster on 3 of 4 at 3 stages, and fastest of all at 1 stage.
 CHANNEL_BLOCK_TILES = ((16, 4), (32, 8))
+#: Pipeline stages of the channel-block kernel on CUDA: 1 beat 3 on every layer measured (H200,
+#: same run): 31x31 56x56 C128 N=16 455 vs 598 us, 27x27 14x14 C512 89 vs 128, 13x13 7x7 C1024
+#: 21.1 vs 22.8, 7x7 d2 28x28 C160 72 vs 84 (the 3-D dot's operands go through shared memory;
+#: at 255 registers a thread the extra stages cost more than they hide).
+CHANNEL_BLOCK_STAGES = {"cuda": 1}
 
 
 def channel_block_fits(problem) -> bool:
@@ -88,7 +94,8 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
         CHANNEL_BLOCK if group_merge is None and channel_block_fits(problem) else None)
     if blocked:
         bm, bn = shapes[0]
-        tiles += [(blocked, Tile(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages))
+        block_stages = CHANNEL_BLOCK_STAGES.get(target.backend, stages)
+        tiles += [(blocked, Tile(block_m=bm, block_n=bn, block_k=bk, num_warps=warps, num_stages=block_stages))
                   for bk, warps in CHANNEL_BLOCK_TILES]
     if not group_merge or group_merge == 1:
         tiles += [(1, Tile(block_m=bm, block_n=bn, block_k=bk, num_warps=NUM_WARPS, num_stages=stages))

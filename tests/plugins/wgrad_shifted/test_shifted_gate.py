@@ -142,10 +142,20 @@ def test_axes_map_1d_and_1xk_to_rows():
     assert axes.swapped and (axes.rows.filter, axes.rows.size, axes.columns.filter) == (9, 20, 1)
 
 
-def test_routing_unchanged_until_measured():
-    """Opt-in: never chosen by priority (merged and split-K keep what they had); a pin runs it."""
+def test_routed_only_where_measured():
+    """Opt-in: never chosen by priority (merged and split-K keep what they had); the router gives
+    it a problem only in the class measured faster on CUDA, with that rule; a pin runs it anywhere."""
+    from convwgrad.selectors.routing import opt_in_measured_faster
+
+    routed = 0
     for p, target in itertools.product(PROBLEMS, ["sm_90", "gfx950", "interpreter"]):
-        assert convwgrad.plan(p, target).family != FAMILY
+        chosen = convwgrad.plan(p, target)
+        if opt_in_measured_faster(p, PROFILES[target], FAMILY):
+            assert target == "sm_90" and chosen.rule.startswith("measured:"), chosen.rule
+            routed += chosen.family == FAMILY
+        else:
+            assert chosen.family != FAMILY
+    assert routed  # the class is not empty among these problems
     odd = problem(groups=7, k=9)  # merged refuses 7 groups; before this family, split-K or aten took it
     assert convwgrad.plan(odd, "gfx950").family == "wgrad_splitk"
     pinned = convwgrad.plan(odd, "gfx950", family=FAMILY)
@@ -155,4 +165,4 @@ def test_routing_unchanged_until_measured():
 def test_explain_lists_the_family_and_its_layout_note():
     text = str(convwgrad.explain(problem(k=31, size=(56, 56)), "sm_90", family=FAMILY))
     assert "wgrad_shifted_bf16_m32n32k64" in text and "loads are element-wide, strided by C" in text
-    assert "wgrad_shifted_bf16_m32n32k16w4s3_spk" in text and "_gm8" in text
+    assert "wgrad_shifted_bf16_m32n32k16w4s1_spk" in text and "_gm8" in text  # 1 stage: measured faster
