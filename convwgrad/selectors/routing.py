@@ -25,10 +25,12 @@ CUDNN_WINS_UP_TO_TAPS = 49
 #: channels_last) a multiple of 16 elements; otherwise they stay element-wide. Every
 #: one of the 51 swept layers with C % 16 != 0 ran faster in cuDNN than in any merged config.
 VECTOR_CHANNEL_MULTIPLE = 16
-#: Families the priority rule passes over until a measurement routes problems to them: they
-#: run when pinned (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. The
-#: shifted-view (issue 11) and direct (issue 10) families have no H200 measurement yet; without
-#: this they would take problems the others refuse (e.g. an odd channel count) from aten untimed.
+#: Families the priority rule passes over: the router gives them a problem only in a class where
+#: they were measured faster (:func:`opt_in_measured_faster`); elsewhere they run when pinned
+#: (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. Without this they would take
+#: problems the others refuse (e.g. an odd channel count) from aten untimed. H200, 2026-12-03: the
+#: shifted family (issue 11) was measured faster on large 2-D filters; the direct family (issue 10)
+#: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class.
 OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct")
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
@@ -109,7 +111,7 @@ def select(problem, target, candidates, families) -> Choice | None:
     routed = [spec for spec in admitted if spec.family not in OPT_IN_FAMILIES]
     if not routed:  # only opt-in families offered: a pin chose them
         spec = admitted[0]
-        return Choice(spec=spec, rule=f"pinned: {spec.family} is opt-in until measured (routing.OPT_IN_FAMILIES); "
+        return Choice(spec=spec, rule=f"pinned: {spec.family} is opt-in, routed only where measured faster (routing.OPT_IN_FAMILIES); "
                                       "first admitted candidate")
     passed_over = sorted({spec.family for spec in admitted} - {spec.family for spec in routed})
     admitted = routed
@@ -120,7 +122,7 @@ def select(problem, target, candidates, families) -> Choice | None:
         refused = sorted({s.family for s, v in candidates if not v and s.family != FALLBACK_FAMILY} - set(passed_over))
         why = f"no Triton family admits the problem ({', '.join(refused)} refused)" if refused else "no other family offered a candidate"
         if passed_over:
-            why += f"; {', '.join(passed_over)} admits it but is opt-in until measured"
+            why += f"; {', '.join(passed_over)} admits it but is opt-in, routed only where measured faster"
         return Choice(spec=best, rule=f"fallback: {why}")
     measured = aten_measured_faster(problem, target, best.family)
     if measured and fallback is not None:

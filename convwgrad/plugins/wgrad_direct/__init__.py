@@ -2,9 +2,10 @@
 
 Registration layer; the kernel is in :mod:`.kernels`, the gate, grids and split policy in
 :mod:`.launcher`. Built for small filters (3x3 to 9x9, short 1-D), where cuDNN runs 6-12x
-above the floor and the matrix-unit families waste most of their tiles. Priority 5, below
-split-K (10) and merged (20): the default routing is unchanged until measured rules say where
-this family wins; pin it with ``plan(problem, family="wgrad_direct")``.
+above the floor and the matrix-unit families waste most of their tiles. Opt-in
+(``selectors.routing.OPT_IN_FAMILIES``): measured on the H200 (2026-12-03) at 0.3-0.6x cuDNN on
+ConvNeXt and MobileNetV2 layers (notes/PERF.md), so the router gives it nothing; pin it with
+``plan(problem, family="wgrad_direct")``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from convwgrad.provider.spec import KernelSpec, Tile, pow2_at_least
 from . import launcher
 
 FAMILY = "wgrad_direct"
-#: Below split-K (10) and merged (20): reachable by pin until measured routing rules exist.
+#: Below split-K (10) and merged (20); opt-in besides: reached by pin (measured slower than cuDNN).
 PRIORITY = 5
 VECTOR_BYTES = 16
 #: Lanes side by side along the channels in channels_last: 8 lanes x 16 bytes = one 128-byte

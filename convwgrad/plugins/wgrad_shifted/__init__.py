@@ -16,8 +16,9 @@ channels_last: one channel per program loads single elements, so channels_last i
 block of ``group_merge`` = 8 adjacent channels per program as the batch dim of a 3-D tl.dot,
 whose loads are 16-byte vectors). Refused with reasons: grouped (cpg > 1), 3-D, fp32 without TF32.
 
-Routing: opt-in until measured (``convwgrad.selectors.routing.OPT_IN_FAMILIES``): the
-priority below makes it rank between merged and split-K once the lead's measured rules let it.
+Routing: opt-in (``convwgrad.selectors.routing.OPT_IN_FAMILIES``): the router gives it only the
+class it was measured faster on (``routing.opt_in_measured_faster``: on CUDA, undilated 2-D
+depthwise filters of >= 13x13); elsewhere it runs when pinned.
 """
 
 from __future__ import annotations

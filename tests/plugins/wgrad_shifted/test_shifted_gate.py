@@ -159,7 +159,7 @@ def test_routed_only_where_measured():
     odd = problem(groups=7, k=9)  # merged refuses 7 groups; before this family, split-K or aten took it
     assert convwgrad.plan(odd, "gfx950").family == "wgrad_splitk"
     pinned = convwgrad.plan(odd, "gfx950", family=FAMILY)
-    assert pinned.family == FAMILY and pinned.rule.startswith("pinned: wgrad_shifted is opt-in until measured")
+    assert pinned.family == FAMILY and pinned.rule.startswith("pinned: wgrad_shifted is opt-in, routed only where measured faster")
 
 
 def test_explain_lists_the_family_and_its_layout_note():
