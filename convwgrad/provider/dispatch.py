@@ -28,13 +28,19 @@ from .reference import torch_weight_grad
 from .target import current_target
 
 # ----------------------------------------------------------------- on / off
-_state = threading.local()
 #: CONVWGRAD_DISABLE=1 in the environment starts every thread with convwgrad off.
 _DEFAULT_ENABLED = os.environ.get("CONVWGRAD_DISABLE", "") in ("", "0")
 
 
+class _SwitchState(threading.local):
+    enabled = _DEFAULT_ENABLED  # a class default: reading it raises nothing (getattr's default did, ~0.3 us)
+
+
+_state = _SwitchState()
+
+
 def is_enabled() -> bool:
-    return getattr(_state, "enabled", _DEFAULT_ENABLED)
+    return _state.enabled
 
 
 def set_enabled(enabled: bool) -> None:
@@ -162,8 +168,19 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
 def _planning_context() -> tuple:
     """What plan() reads besides the problem: when it changes, prepared calls plan afresh."""
     pm = get_plugin_manager()
-    return (pm, _plugin_set(pm), torch.backends.cudnn.allow_tf32, planning_epoch(),
-            *map(os.environ.get, PLANNING_ENVIRONMENT))
+    return (pm, _plugin_set(pm), _cudnn_allow_tf32(), planning_epoch(), *map(_environ_get, _PLANNING_ENV_KEYS))
+
+
+# What _planning_context reads on every warm call, read the cheap way where CPython and torch allow
+# (the public spellings cost ~1 us more a call, which a patched layer pays on every forward):
+# torch's own getter behind the torch.backends.cudnn.allow_tf32 property, and os.environ's
+# encoded store (os.environ.get encodes the key and decodes the value on every call).
+_cudnn_allow_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", lambda: torch.backends.cudnn.allow_tf32)
+if isinstance(getattr(os.environ, "_data", None), dict) and hasattr(os.environ, "encodekey"):
+    _environ_get = os.environ._data.get
+    _PLANNING_ENV_KEYS = tuple(os.environ.encodekey(name) for name in PLANNING_ENVIRONMENT)
+else:
+    _environ_get, _PLANNING_ENV_KEYS = os.environ.get, PLANNING_ENVIRONMENT
 
 
 def _plugin_set(pm) -> tuple:
