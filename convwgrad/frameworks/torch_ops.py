@@ -38,7 +38,6 @@ def _conv_weight_impl(input, grad_output, weight_size, stride, padding, dilation
                                  match_layouts=True)
 
 
-
 def _conv_weight_fake(input, grad_output, weight_size, stride, padding, dilation, groups):
     return input.new_empty(weight_size)
 
