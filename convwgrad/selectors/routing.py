@@ -86,8 +86,8 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
         return None
     undilated = all(d == 1 for d in problem.dilation)
     if (problem.spatial_dims != 2 or not undilated or problem.cpg != 1 or problem.kpg != 1
-            or math.prod(problem.filter_size) < SHIFTED_FROM_TAPS):
-        return None
+            or math.prod(problem.filter_size) < SHIFTED_FROM_TAPS or problem.dtype == "fp32"):
+        return None  # fp32 (TF32 dots, 4-byte loads) was not measured
     if problem.layout == "channels_last" and problem.in_channels % 8:
         return None  # measured only with its 8-channel blocks in channels_last
     return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "

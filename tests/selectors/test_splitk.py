@@ -134,6 +134,7 @@ def test_routing_rules_fire_and_say_so():
     assert plan(nchw, "sm_90").family == "wgrad_shifted" and plan(nchw, "sm_90").spec.group_merge == 1
     assert plan(large_filter, "gfx950").family == "wgrad_merged"  # nothing measured there
     assert plan(large_filter, "interpreter").family == "wgrad_merged"
+    assert plan(attrs.evolve(large_filter, dtype="fp32"), "sm_90").family != "wgrad_shifted"  # not measured
     eleven = ConvProblem.build(batch=32, groups=128, in_channels=128, input_size=(56, 56), filter_size=11,
                                padding=5, layout="channels_last")
     assert plan(eleven, "sm_90").family == "wgrad_merged"  # below the smallest filter measured (13x13)
