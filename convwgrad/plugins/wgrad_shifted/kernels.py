@@ -396,7 +396,7 @@ def _wgrad_shifted_outer_kernel(
         ow0 = owb * BLOCK_M
         xcol0 = ow0 * STRIDE_W - PAD_W
         delta = ((xcol0 % ALIGN) + ALIGN) % ALIGN
-        xs = xcol0 - delta
+        xs = ((xcol0 - delta) // ALIGN) * ALIGN  # exact; written so Triton sees xs % ALIGN == 0
         xcols = xs + j
         mask_n = mask_ky & (xcols >= 0) & (xcols < W_ALIGNED * ALIGN)
         ow = ow0 + offs_m
