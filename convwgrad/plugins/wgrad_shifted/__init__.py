@@ -16,6 +16,14 @@ channels_last: one channel per program loads single elements, so channels_last i
 block of ``group_merge`` = 8 adjacent channels per program as the batch dim of a 3-D tl.dot,
 whose loads are 16-byte vectors). Refused with reasons: grouped (cpg > 1), 3-D, fp32 without TF32.
 
+Two kernels. The shifted-view GEMM above (tiles with block_n <= 64, offered by candidate_specs).
+The outer-product GEMM (MegEngine's DW-IGEMM / cutlass example 19, for dW): per channel and ky,
+C[ow, iw] = sum over (n, oh) of dY[n, oh, ow] * X[n, oh*s + ky*d - p, iw] is a plain GEMM of two
+plain tiles, and dW[ky, kx] is C's diagonal ``iw = ow*s + kx*d``, summed once per program after the
+reduction (tl.gather). It is selected by a tile with block_n >= ``launcher.OUTER_MIN_BLOCK_N``
+(128: block_n = ky chunk x input columns), never offered by candidate_specs: reachable by pin
+only (:func:`outer_tile` builds its tile), so routing is unchanged.
+
 Routing: opt-in (``convwgrad.selectors.routing.OPT_IN_FAMILIES``): the router gives it only the
 class it was measured faster on (``routing.opt_in_measured_faster``: on CUDA, undilated 2-D
 depthwise filters of >= 13x13); elsewhere it runs when pinned.
@@ -115,15 +123,33 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
 
 
 def reduction_steps(problem, spec) -> int:
+    if launcher.is_outer(spec):
+        return launcher.outer_geometry(problem, spec).steps
     return launcher.tile_geometry(problem, spec).steps
+
+
+def max_blocks(spec) -> tuple[int, int, int]:
+    """The block bounds of the kernel ``spec`` selects (an outer tile has block_n >= 128)."""
+    return launcher.OUTER_MAX_BLOCKS if launcher.is_outer(spec) else MAX_BLOCKS
 
 
 def not_supported_reasons(problem, spec, target) -> list[str]:
     reasons = launcher.shifted_available(problem, spec, target)
     if reasons:  # the grids and steps of a problem the gate refuses mean nothing
-        return reasons + tiled_kernel_reasons(problem, spec, target, lambda problem, spec: (), MAX_BLOCKS,
+        return reasons + tiled_kernel_reasons(problem, spec, target, lambda problem, spec: (), max_blocks(spec),
                                               reduction_steps=lambda problem, spec: spec.split_k)
-    return tiled_kernel_reasons(problem, spec, target, launcher.grids, MAX_BLOCKS, reduction_steps=reduction_steps)
+    return tiled_kernel_reasons(problem, spec, target, launcher.grids, max_blocks(spec),
+                                reduction_steps=reduction_steps)
+
+
+def outer_tile(problem, block_ow: int, block_k: int, ky_chunk: int = 1, num_warps: int = NUM_WARPS,
+               num_stages: int = 2) -> Tile:
+    """The outer-product kernel's tile for ``problem`` (pin it: candidate_specs never offers it, so
+    routing is unchanged): block_m = ``block_ow`` output columns, block_n = ``ky_chunk`` ky rows of
+    the NW input columns they touch (at least OUTER_MIN_BLOCK_N, which is what selects the kernel)."""
+    nw = launcher.outer_needed_nw(problem, block_ow)
+    block_n = max(nw * ky_chunk, launcher.OUTER_MIN_BLOCK_N)
+    return Tile(block_m=block_ow, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=num_stages)
 
 
 def layout_note(problem, spec, target) -> str:

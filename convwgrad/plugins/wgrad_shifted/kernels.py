@@ -314,3 +314,143 @@ def _wgrad_shifted_cblock_kernel(
     split_off = split.to(tl.int64) * stride_os
     out_ptrs = OUT + split_off + (chan * stride_ok)[:, None, None] + (ky * stride_oy + kx2 * stride_ox)[None, :, :]
     tl.store(out_ptrs, acc.to(OUT.dtype.element_ty), mask=mask[None, :, :])
+
+
+@triton.jit(do_not_specialize=UNSPECIALISED)
+def _wgrad_shifted_outer_kernel(
+    X,  # input (N, C, rows, columns) in the outer kernel's axes, any strides
+    DY,  # grad_output (N, K, out rows, out columns), any strides
+    OUT,  # dW (K, 1, FY, FX) when SPLIT_K == 1, else the fp32 workspace (split, K, taps)
+    H, W, OH, OW, FY, FX,
+    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+    BATCH,
+    KPG,  # output channels per input channel
+    W_ALIGNED,  # W // ALIGN: the column bound is W_ALIGNED * ALIGN (== W whenever ALIGN > 1)
+    OW_ALIGNED,  # OW // ALIGN, likewise for the output columns
+    OW_BLOCKS,  # cdiv(OW, BLOCK_M): output-column blocks, looped inside the program
+    SPLIT_K,
+    stride_xn, stride_xc, stride_xh, stride_xw,
+    stride_dyn, stride_dyc, stride_dyh, stride_dyw,
+    stride_os, stride_ok, stride_oy, stride_ox,
+    NW: tl.constexpr,  # X columns per ky (power of two) >= ALIGN - 1 + (BLOCK_M-1)*STRIDE_W + (FX-1)*DIL_W + 1
+    KX_BLOCK: tl.constexpr,  # power of two >= FX
+    ALIGN: tl.constexpr,  # elements per 16 bytes when the launcher proved every row start aligned, else 1
+    BLOCK_M: tl.constexpr,  # output columns a GEMM covers (M)
+    BLOCK_N: tl.constexpr,  # KY_CHUNK ky x NW input columns (N)
+    BLOCK_K: tl.constexpr,  # (n, output row) pairs per step
+    DOT_PRECISION: tl.constexpr, IS_UPCAST_OPERANDS: tl.constexpr, IS_WIDE_INDEX: tl.constexpr,
+    PROMOTE_STEPS: tl.constexpr,
+):
+    """The outer-product formulation (MegEngine's DW-IGEMM / cutlass example 19, for dW): per
+    channel and ky, C_ky[ow, j] = sum over (n, oh) of dY[n, oh, ow0 + ow] * X[n, oh*s_h + ky*d_h
+    - p_h, xs + j] is a plain GEMM of two plain tiles (each operand element loaded once a ky, no
+    Hankel shift), and dW[ky, kx] = sum over ow of C_ky[ow, delta + ow*s_w + kx*d_w] is a diagonal
+    sum done once per (program, column block) after the whole reduction, with tl.gather.
+
+    N holds KY_CHUNK = BLOCK_N // NW consecutive ky (column c = (ky_l, j)): the dY tile is loaded
+    once a step for all of them. xs = ow0*s_w - p_w rounded down to a multiple of ALIGN (delta the
+    remainder), so with ALIGN > 1 every X row segment starts on 16 bytes. Grid: (K * SPLIT_K, ky
+    chunks, 1); the output-column blocks are an outer loop inside the program, so each program
+    owns its dW taps (no atomics) and split s reduces a contiguous slice of the (n, oh) steps."""
+    KY_CHUNK: tl.constexpr = BLOCK_N // NW
+    Q: tl.constexpr = KY_CHUNK * KX_BLOCK  # taps a program owns: (ky_l, kx)
+    pid_cs = tl.program_id(0)
+    pid_y = tl.program_id(1)
+    chan = pid_cs // SPLIT_K
+    split = pid_cs % SPLIT_K
+    ky0 = pid_y * KY_CHUNK
+
+    # Output rows whose X row lies inside the input for some ky of the chunk (numerators >= 0).
+    ky_last = tl.minimum(ky0 + KY_CHUNK, FY) - 1
+    oh_lo = tl.cdiv(tl.maximum(PAD_H - ky_last * DIL_H, 0), STRIDE_H)
+    top = H - 1 + PAD_H - ky0 * DIL_H
+    oh_hi = tl.minimum(tl.maximum(top, 0) // STRIDE_H + 1, OH)
+    oh_hi = tl.where(top >= 0, oh_hi, 0)
+    ohr = tl.maximum(oh_hi - oh_lo, 1)  # rows a image (>= 1 so the step's division is defined)
+    rows_total = tl.where(oh_hi > oh_lo, BATCH * ohr, 0)
+    steps = tl.cdiv(rows_total, BLOCK_K)
+    per_split = tl.cdiv(steps, SPLIT_K)
+    t_lo = split * per_split
+    t_hi = tl.minimum(t_lo + per_split, steps)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    ky_l = cols // NW
+    j = cols % NW
+    mask_ky = (ky0 + ky_l) < FY
+    x_row_shift = (ky0 + ky_l) * DIL_H - PAD_H  # X row of column c is oh*s_h + this
+    lanes = tl.arange(0, BLOCK_K)
+    q = tl.arange(0, Q)
+    q_ky = q // KX_BLOCK
+    q_kx = q % KX_BLOCK
+
+    chan_x = chan // KPG
+    if IS_WIDE_INDEX:
+        chan = chan.to(tl.int64)
+        chan_x = chan_x.to(tl.int64)
+    x_chan = X + chan_x * stride_xc
+    dy_chan = DY + chan * stride_dyc
+
+    dw = tl.zeros((Q,), dtype=tl.float32)
+    for owb in range(0, OW_BLOCKS):
+        ow0 = owb * BLOCK_M
+        xcol0 = ow0 * STRIDE_W - PAD_W
+        delta = ((xcol0 % ALIGN) + ALIGN) % ALIGN
+        xs = ((xcol0 - delta) // ALIGN) * ALIGN  # exact; written so Triton sees xs % ALIGN == 0
+        xcols = xs + j
+        mask_n = mask_ky & (xcols >= 0) & (xcols < W_ALIGNED * ALIGN)
+        ow = ow0 + offs_m
+        mask_m = ow < OW_ALIGNED * ALIGN
+        if ALIGN == 1:
+            a_col = ow * stride_dyw
+            b_col = xcols * stride_xw
+            dy_seg = 0
+            x_seg = 0
+        else:  # stride_dyw == stride_xw == 1 (the launcher's condition for ALIGN > 1): the segment
+            a_col = offs_m  # start (ow0, xs) joins the row offsets, which are multiples of ALIGN
+            b_col = j
+            dy_seg = ow0
+            x_seg = xs
+        if IS_WIDE_INDEX:
+            a_col = a_col.to(tl.int64)
+            b_col = b_col.to(tl.int64)
+
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for t_outer in range(t_lo, t_hi, PROMOTE_STEPS):
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            t_end = tl.minimum(t_outer + PROMOTE_STEPS, t_hi)
+            for t in range(t_outer, t_end):
+                r = t * BLOCK_K + lanes
+                mask_r = r < rows_total
+                n = r // ohr
+                oh = oh_lo + r % ohr
+                if IS_WIDE_INDEX:
+                    n = n.to(tl.int64)
+                    oh = oh.to(tl.int64)
+                # A: dY rows (n, oh), columns ow0 + m: one plain tile, (BLOCK_M, BLOCK_K).
+                dy_row = tl.multiple_of(n * stride_dyn + oh * stride_dyh + dy_seg, [ALIGN])
+                a = tl.load(dy_chan + dy_row[None, :] + a_col[:, None], mask=mask_m[:, None] & mask_r[None, :],
+                            other=0.0)
+                # B: X rows oh*s_h + ky*d_h - p_h, columns xs + j: KY_CHUNK plain row segments.
+                x_row = (oh * STRIDE_H)[:, None] + x_row_shift[None, :]
+                x_base = tl.multiple_of(n[:, None] * stride_xn + x_row * stride_xh + x_seg, [ALIGN, ALIGN])
+                mask_b = mask_r[:, None] & mask_n[None, :] & (x_row >= 0) & (x_row < H)
+                b = tl.load(x_chan + x_base + b_col[None, :], mask=mask_b, other=0.0)
+                if IS_UPCAST_OPERANDS:
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                part = tl.dot(a, b, part, input_precision=DOT_PRECISION)
+            acc += part
+
+        # dW[ky0 + ky_l, kx] += sum over m of C[m, ky_l*NW + delta + m*s_w + kx*d_w], once a block.
+        diag = delta + offs_m[:, None] * STRIDE_W + (q_kx * DIL_W)[None, :]
+        valid = (ow < OW)[:, None] & (q_kx < FX)[None, :] & (diag < NW)
+        idx = tl.where(valid, (q_ky * NW)[None, :] + diag, 0)
+        picked = tl.gather(acc, idx, 1)
+        dw += tl.sum(tl.where(valid, picked, 0.0), axis=0)
+
+    ky = ky0 + q_ky
+    mask = (ky < FY) & (q_kx < FX)
+    split_off = split.to(tl.int64) * stride_os
+    out_ptrs = OUT + split_off + chan * stride_ok + ky * stride_oy + q_kx * stride_ox
+    tl.store(out_ptrs, dw.to(OUT.dtype.element_ty), mask=mask)

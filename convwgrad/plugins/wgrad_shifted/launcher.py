@@ -1,5 +1,10 @@
 """Launcher of the shifted-view family: the kernel's axes, the gate, grids, arguments.
 
+Two kernels: the shifted-view GEMM (:func:`~.kernels._wgrad_shifted_kernel` and its channel-block
+twin) and the outer-product GEMM (:func:`~.kernels._wgrad_shifted_outer_kernel`), which a tile
+with ``block_n >= OUTER_MIN_BLOCK_N`` selects (:func:`is_outer`; the shifted kernels stop at
+block_n 64). The outer kernel's geometry is :class:`OuterGeometry`.
+
 The kernel knows two axes, ``rows`` (ky: split between the operands, folded into M) and
 ``columns`` (kx: the Hankel shift of A). :func:`kernel_axes` maps a problem onto them once;
 everything else (tile geometry, grids, arguments, the step count the split gate needs) reads
@@ -16,7 +21,7 @@ from convwgrad.provider.blocks.checks import allows_tf32
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import KernelSpec, cdiv, pow2_at_least
 
-from .kernels import _wgrad_shifted_cblock_kernel, _wgrad_shifted_kernel
+from .kernels import _wgrad_shifted_cblock_kernel, _wgrad_shifted_kernel, _wgrad_shifted_outer_kernel
 
 #: Largest channel block (``spec.group_merge``: adjacent channels per program, the batch dim
 #: of a 3-D tl.dot). 8 bf16 channels are one 16-byte vector in channels_last; 16 doubles the
@@ -26,6 +31,14 @@ MAX_CHANNEL_BLOCK = 16
 #: Largest convolution stride along the kernel's rows: each value is its own compile (a
 #: constexpr, so the phase test is a shift), and stride s costs s times the matrix work.
 MAX_ROW_STRIDE = 4
+
+#: Tiles with block_n at least this select the outer-product kernel (block_n = KY_CHUNK x NW: ky
+#: rows of NW input columns each); the shifted kernels take block_n <= 64 (MAX_BLOCK_N), so the
+#: two ranges never meet and KernelSpec's schema is unchanged. A convention, not a measurement.
+OUTER_MIN_BLOCK_N = 128
+#: Largest outer tile: (BLOCK_OW, KY_CHUNK x NW, (n, oh) rows a step). 64 x 256 fp32 accumulators
+#: are 128 registers a thread at 4 warps; not yet measured.
+OUTER_MAX_BLOCKS = (64, 256, 128)
 
 
 @attrs.frozen(kw_only=True)
@@ -139,7 +152,9 @@ def shifted_available(problem: ConvProblem, spec: KernelSpec, target) -> list[st
         reasons.append(f"dtype=fp32 on {target.name} without TF32 (torch.backends.cudnn.allow_tf32 off, or no "
                        "TF32 units): full-precision fp32 dots leave the matrix units, which are this family's point; "
                        "the merged or split-K family runs it")
-    if problem.spatial_dims != 3:
+    if problem.spatial_dims != 3 and spec.tile is not None and is_outer(spec):
+        reasons += outer_reasons(problem, spec)
+    elif problem.spatial_dims != 3:
         rows = kernel_axes(problem).rows
         if rows.stride > MAX_ROW_STRIDE:
             reasons.append(f"stride={rows.stride} along {'width' if kernel_axes(problem).swapped else 'rows'} "
@@ -157,9 +172,13 @@ def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
-    """Stage 1: (K / channel block * split_k, ky tiles, kx tiles); stage 2, if any: the shared reduction's."""
-    geometry = tile_geometry(problem, spec)
-    stage1 = (problem.out_channels // spec.group_merge * spec.split_k, geometry.ky_tiles, geometry.kx_tiles)
+    """Stage 1: (K / channel block * split_k, ky tiles, kx tiles), or for the outer kernel
+    (K * split_k, ky chunks, 1); stage 2, if any: the shared reduction's."""
+    if is_outer(spec):
+        stage1 = (problem.out_channels * spec.split_k, outer_geometry(problem, spec).ky_chunks, 1)
+    else:
+        geometry = tile_geometry(problem, spec)
+        stage1 = (problem.out_channels // spec.group_merge * spec.split_k, geometry.ky_tiles, geometry.kx_tiles)
     if not spec.two_stage:
         return (stage1,)
     return stage1, shared.reduce_grid(problem)
@@ -203,20 +222,164 @@ def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) ->
 
 
 def kernel_for(spec: KernelSpec):
-    """One channel a program (2-D tl.dot), or a block of group_merge channels (3-D tl.dot)."""
+    """The outer-product kernel for an outer tile (:func:`is_outer`); else one channel a program
+    (2-D tl.dot), or a block of group_merge channels (3-D tl.dot)."""
+    if is_outer(spec):
+        return _wgrad_shifted_outer_kernel
     return _wgrad_shifted_cblock_kernel if spec.group_merge > 1 else _wgrad_shifted_kernel
+
+
+def make_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool):
+    """The stage-1 arguments of the kernel :func:`kernel_for` picks (looked up at call time, so a
+    test may wrap either builder)."""
+    if is_outer(spec):
+        return outer_stage1_args(problem, spec, x, dy, out, out_strides, interpreted=interpreted)
+    return stage1_args(problem, spec, x, dy, out, out_strides, interpreted=interpreted)
+
+
+# ------------------------------------------------------------------------- outer-product kernel
+def is_outer(spec: KernelSpec) -> bool:
+    """Whether ``spec`` selects the outer-product kernel: a tile with block_n >= OUTER_MIN_BLOCK_N."""
+    return spec.tile is not None and spec.tile.block_n >= OUTER_MIN_BLOCK_N
+
+
+def outer_axes(problem: ConvProblem) -> KernelAxes:
+    """The outer kernel's axes: ``columns`` is the GEMM's axis (output columns x input columns),
+    ``rows`` is reduced over with ky looped in chunks. 1-D: the length is the columns (rows the
+    dummy); 2-D: (H, W), or (W, H) when only the height has a filter extent."""
+    if problem.spatial_dims == 1:
+        return KernelAxes(rows=DUMMY, columns=_axis(problem, 0))
+    fy, fx = problem.filter_size[:2]
+    if fx == 1 and fy > 1:
+        return KernelAxes(rows=_axis(problem, 1), columns=_axis(problem, 0))
+    return KernelAxes(rows=_axis(problem, 0), columns=_axis(problem, 1))
+
+
+#: Elements per 16 bytes by dtype: the outer kernel's X and dY row segments start on 16 bytes
+#: when the strides allow (see :func:`outer_align`).
+VECTOR_ELEMENTS = {"bf16": 8, "fp16": 8, "fp32": 4}
+
+
+def outer_alignable(problem: ConvProblem) -> int:
+    """The alignment (elements) the tile geometry reserves room for: the 16-byte vector when the
+    problem is NCHW-contiguous with W and OW multiples of it, else 1. The launch still checks the
+    tensors' strides (:func:`outer_align`) and falls back to 1 inside the same NW."""
+    a = VECTOR_ELEMENTS[problem.dtype]
+    columns = outer_axes(problem).columns
+    if problem.layout != "contiguous" or columns.dim is None or columns.size % a or columns.out % a:
+        return 1
+    if columns.dim != problem.spatial_dims - 1:  # swapped axes: the columns are not the inner dim
+        return 1
+    return a
+
+
+def outer_align(problem: ConvProblem, x, dy) -> int:
+    """ALIGN for the launch: outer_alignable(problem) if every row start of both operands is a
+    multiple of it (unit column strides, the other strides multiples), else 1. The data pointers'
+    own 16-byte alignment is Triton's to specialise (and the direct launch re-checks it)."""
+    a = outer_alignable(problem)
+    if a == 1:
+        return 1
+    for t in (x, dy):
+        if t.stride(-1) != 1 or any(s % a for s in t.stride()[:-1]):
+            return 1
+    return a
+
+
+@attrs.frozen(kw_only=True)
+class OuterGeometry:
+    """How an outer tile covers the problem."""
+
+    nw: int  # X columns a ky (power of two)
+    kx_block: int  # power of two >= FX
+    ky_chunk: int  # ky a program: block_n // nw
+    ky_chunks: int
+    ow_blocks: int  # output-column blocks, looped inside the program
+    align: int  # the alignment reserved in nw
+    steps: int  # (n, oh) steps of the busiest ky chunk (the split gate's count)
+
+
+def outer_needed_nw(problem: ConvProblem, block_m: int) -> int:
+    columns = outer_axes(problem).columns
+    return pow2_at_least(outer_alignable(problem) - 1 + (block_m - 1) * columns.stride
+                         + (columns.filter - 1) * columns.dilation + 1)
+
+
+def outer_geometry(problem: ConvProblem, spec: KernelSpec) -> OuterGeometry:
+    axes = outer_axes(problem)
+    rows, columns = axes.rows, axes.columns
+    tile = spec.tile
+    nw = outer_needed_nw(problem, tile.block_m)
+    ky_chunk = max(tile.block_n // nw, 1)
+    busiest = 0
+    for ky0 in range(0, rows.filter, ky_chunk):  # the kernel's output-row range per chunk
+        ky_last = min(ky0 + ky_chunk, rows.filter) - 1
+        oh_lo = cdiv(max(rows.pad - ky_last * rows.dilation, 0), rows.stride)
+        top = rows.size - 1 + rows.pad - ky0 * rows.dilation
+        oh_hi = min(top // rows.stride + 1, rows.out) if top >= 0 else 0
+        busiest = max(busiest, cdiv(problem.batch * max(oh_hi - oh_lo, 0), tile.block_k))
+    return OuterGeometry(nw=nw, kx_block=pow2_at_least(columns.filter), ky_chunk=ky_chunk,
+                         ky_chunks=cdiv(rows.filter, ky_chunk), ow_blocks=cdiv(columns.out, tile.block_m),
+                         align=outer_alignable(problem), steps=busiest)
+
+
+def outer_reasons(problem: ConvProblem, spec: KernelSpec) -> list[str]:
+    """Why the outer kernel cannot take ``spec`` for ``problem`` (beyond the family's gate)."""
+    reasons = []
+    if spec.group_merge != 1:
+        reasons.append(f"group_merge={spec.group_merge} with an outer tile (block_n={spec.tile.block_n} >= "
+                       f"{OUTER_MIN_BLOCK_N}): the outer-product kernel runs one channel a program")
+    columns = outer_axes(problem).columns
+    nw = outer_needed_nw(problem, spec.tile.block_m)
+    if nw > spec.tile.block_n:
+        reasons.append(f"block_n={spec.tile.block_n} is narrower than one ky's input columns: block_m="
+                       f"{spec.tile.block_m} output columns at stride {columns.stride} span {nw} (power of "
+                       f"two of align-1 + (block_m-1)*stride + (FX-1)*dilation + 1, FX={columns.filter}, "
+                       f"dilation={columns.dilation})")
+    return reasons
+
+
+def outer_stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
+    axes = outer_axes(problem)
+    rows, columns = axes.rows, axes.columns
+    geometry = outer_geometry(problem, spec)
+    dims = problem.spatial_dims
+    align = outer_align(problem, x, dy)
+    split_stride, k_stride, _c_stride, *tap_strides = out_strides  # cpg == 1
+    return [
+        ("X", x), ("DY", dy), ("OUT", out),
+        ("H", rows.size), ("W", columns.size), ("OH", rows.out), ("OW", columns.out),
+        ("FY", rows.filter), ("FX", columns.filter),
+        ("STRIDE_H", rows.stride), ("STRIDE_W", columns.stride), ("PAD_H", rows.pad), ("PAD_W", columns.pad),
+        ("DIL_H", rows.dilation), ("DIL_W", columns.dilation),
+        ("BATCH", problem.batch), ("KPG", problem.kpg),
+        ("W_ALIGNED", columns.size // align), ("OW_ALIGNED", columns.out // align),
+        ("OW_BLOCKS", geometry.ow_blocks), ("SPLIT_K", spec.split_k),
+        ("stride_xn", x.stride(0)), ("stride_xc", x.stride(1)),
+        ("stride_xh", _spatial_stride(x.stride(), rows, dims)), ("stride_xw", _spatial_stride(x.stride(), columns, dims)),
+        ("stride_dyn", dy.stride(0)), ("stride_dyc", dy.stride(1)),
+        ("stride_dyh", _spatial_stride(dy.stride(), rows, dims)),
+        ("stride_dyw", _spatial_stride(dy.stride(), columns, dims)),
+        ("stride_os", split_stride), ("stride_ok", k_stride),
+        ("stride_oy", _spatial_stride(tap_strides, rows, dims)),
+        ("stride_ox", _spatial_stride(tap_strides, columns, dims)),
+        ("NW", Constexpr(geometry.nw)),
+        ("KX_BLOCK", Constexpr(geometry.kx_block)),
+        ("ALIGN", Constexpr(align)),
+        *shared.tile_option_args(spec, interpreted=interpreted),
+    ]
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
     return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
-                             kernel=kernel_for(spec), make_args=stage1_args, grids=grids, validate=validate)
+                             kernel=kernel_for(spec), make_args=make_args, grids=grids, validate=validate)
 
 
 def prepare(problem, spec, target, input, grad_output, out):
     return shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel_for(spec),
-                                 make_args=stage1_args, grids=grids, validate=validate)
+                                 make_args=make_args, grids=grids, validate=validate)
 
 
 def compile_kernels(problem, spec, target):
-    return shared.compile_stages(problem, spec, target, kernel=kernel_for(spec), make_args=stage1_args,
+    return shared.compile_stages(problem, spec, target, kernel=kernel_for(spec), make_args=make_args,
                                  validate=validate)
