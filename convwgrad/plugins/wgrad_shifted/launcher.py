@@ -189,12 +189,27 @@ def _spatial_stride(strides, axis: Axis, spatial_dims: int) -> int:
     return 0 if axis.dim is None else strides[len(strides) - spatial_dims + axis.dim]
 
 
+def _stride_args(x, dy, out_strides, axes, dims) -> list[tuple[str, int]]:
+    """The strides both kernels take, in the kernel axes (rows, columns) of ``axes``."""
+    rows, columns = axes.rows, axes.columns
+    split_stride, k_stride, _c_stride, *tap_strides = out_strides  # cpg == 1
+    return [
+        ("stride_xn", x.stride(0)), ("stride_xc", x.stride(1)),
+        ("stride_xh", _spatial_stride(x.stride(), rows, dims)), ("stride_xw", _spatial_stride(x.stride(), columns, dims)),
+        ("stride_dyn", dy.stride(0)), ("stride_dyc", dy.stride(1)),
+        ("stride_dyh", _spatial_stride(dy.stride(), rows, dims)),
+        ("stride_dyw", _spatial_stride(dy.stride(), columns, dims)),
+        ("stride_os", split_stride), ("stride_ok", k_stride),
+        ("stride_oy", _spatial_stride(tap_strides, rows, dims)),
+        ("stride_ox", _spatial_stride(tap_strides, columns, dims)),
+    ]
+
+
 def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
     axes = kernel_axes(problem)
     rows, columns = axes.rows, axes.columns
     geometry = tile_geometry(problem, spec)
     dims = problem.spatial_dims
-    split_stride, k_stride, _c_stride, *tap_strides = out_strides  # cpg == 1
     tile_args = shared.tile_option_args(spec, interpreted=interpreted)
     return [
         ("X", x), ("DY", dy), ("OUT", out),
@@ -205,14 +220,7 @@ def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) ->
         ("BATCH", problem.batch), ("KPG", problem.kpg),
         ("SEG", geometry.seg), ("ROWS_PER_STEP", geometry.rows_per_step), ("COL_CHUNKS", geometry.col_chunks),
         ("SPLIT_K", spec.split_k),
-        ("stride_xn", x.stride(0)), ("stride_xc", x.stride(1)),
-        ("stride_xh", _spatial_stride(x.stride(), rows, dims)), ("stride_xw", _spatial_stride(x.stride(), columns, dims)),
-        ("stride_dyn", dy.stride(0)), ("stride_dyc", dy.stride(1)),
-        ("stride_dyh", _spatial_stride(dy.stride(), rows, dims)),
-        ("stride_dyw", _spatial_stride(dy.stride(), columns, dims)),
-        ("stride_os", split_stride), ("stride_ok", k_stride),
-        ("stride_oy", _spatial_stride(tap_strides, rows, dims)),
-        ("stride_ox", _spatial_stride(tap_strides, columns, dims)),
+        *_stride_args(x, dy, out_strides, axes, dims),
         ("ROW_STRIDE", Constexpr(rows.stride)),
         ("CHANNEL_BLOCK", Constexpr(spec.group_merge)),
         ("KX_BLOCK", Constexpr(geometry.kx_block)),
@@ -345,7 +353,6 @@ def outer_stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bo
     geometry = outer_geometry(problem, spec)
     dims = problem.spatial_dims
     align = outer_align(problem, x, dy)
-    split_stride, k_stride, _c_stride, *tap_strides = out_strides  # cpg == 1
     return [
         ("X", x), ("DY", dy), ("OUT", out),
         ("H", rows.size), ("W", columns.size), ("OH", rows.out), ("OW", columns.out),
@@ -355,14 +362,7 @@ def outer_stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bo
         ("BATCH", problem.batch), ("KPG", problem.kpg),
         ("W_ALIGNED", columns.size // align), ("OW_ALIGNED", columns.out // align),
         ("OW_BLOCKS", geometry.ow_blocks), ("SPLIT_K", spec.split_k),
-        ("stride_xn", x.stride(0)), ("stride_xc", x.stride(1)),
-        ("stride_xh", _spatial_stride(x.stride(), rows, dims)), ("stride_xw", _spatial_stride(x.stride(), columns, dims)),
-        ("stride_dyn", dy.stride(0)), ("stride_dyc", dy.stride(1)),
-        ("stride_dyh", _spatial_stride(dy.stride(), rows, dims)),
-        ("stride_dyw", _spatial_stride(dy.stride(), columns, dims)),
-        ("stride_os", split_stride), ("stride_ok", k_stride),
-        ("stride_oy", _spatial_stride(tap_strides, rows, dims)),
-        ("stride_ox", _spatial_stride(tap_strides, columns, dims)),
+        *_stride_args(x, dy, out_strides, axes, dims),
         ("NW", Constexpr(geometry.nw)),
         ("KX_BLOCK", Constexpr(geometry.kx_block)),
         ("ALIGN", Constexpr(align)),
