@@ -14,7 +14,7 @@ from convwgrad.plugins.wgrad_shifted import launcher
 from convwgrad.provider import ConvProblem, Tile, reference_weight_grad, relative_error
 from convwgrad.provider.reference import TOLERANCE
 from convwgrad.provider.target import resolve_target
-from support import DEVICE, assert_close_to_reference, describe_mismatch, run_checked
+from support import DEVICE, assert_bitwise_repeatable, assert_close_to_reference, describe_mismatch, run_checked
 
 pytestmark = pytest.mark.usefixtures("no_tf32")
 
@@ -140,11 +140,7 @@ def test_deterministic(split_k, gm):
     p = ConvProblem.build(**case, dtype="bf16", layout="channels_last")
     x, dy = make_inputs(p, DEVICE)
     chosen = convwgrad.plan(p, DEVICE, family=FAMILY, tile=SMALL, split_k=split_k, group_merge=gm)
-    with convwgrad.record_launches() as log:
-        first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-        second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-    assert [r.family for r in log] == [FAMILY, FAMILY]
-    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+    assert_bitwise_repeatable(p, chosen, x, dy)
 
 
 def test_each_tap_matches():

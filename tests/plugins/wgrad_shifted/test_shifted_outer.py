@@ -12,7 +12,7 @@ from convwgrad.plugins.wgrad_shifted import launcher
 from convwgrad.provider import ConvProblem, Tile, reference_weight_grad, relative_error
 from convwgrad.provider.reference import TOLERANCE
 from convwgrad.provider.target import resolve_target
-from support import DEVICE, assert_close_to_reference, run_checked
+from support import DEVICE, assert_bitwise_repeatable, assert_close_to_reference, run_checked
 
 pytestmark = pytest.mark.usefixtures("no_tf32")
 
@@ -93,11 +93,7 @@ def test_deterministic(split_k):
     p = ConvProblem.build(**CASES["tall-aligned"], dtype="bf16", layout="contiguous")
     x, dy = make_inputs(p, DEVICE)
     chosen = convwgrad.plan(p, DEVICE, family=FAMILY, tile=outer(p), split_k=split_k)
-    with convwgrad.record_launches() as log:
-        first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-        second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-    assert [r.family for r in log] == [FAMILY, FAMILY]
-    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+    assert_bitwise_repeatable(p, chosen, x, dy)
 
 
 # ------------------------------------------------------------------------------------- gate

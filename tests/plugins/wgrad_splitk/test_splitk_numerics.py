@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from convwgrad.provider import ConvProblem
-from support import DEVICE, assert_close_to_reference, run_checked, small_tile
+from support import DEVICE, assert_bitwise_repeatable, assert_close_to_reference, run_checked, small_tile
 
 pytestmark = pytest.mark.usefixtures("no_tf32")
 
@@ -76,11 +76,7 @@ def test_deterministic(split_k):
 
     x, dy = make_inputs(p, DEVICE, torch.Generator().manual_seed(7))
     chosen = convwgrad.plan(p, DEVICE, family="wgrad_splitk", split_k=split_k, tile=small_tile(p))
-    with convwgrad.record_launches() as log:
-        first = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-        second = convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
-    assert [r.family for r in log] == ["wgrad_splitk", "wgrad_splitk"]
-    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+    assert_bitwise_repeatable(p, chosen, x, dy)
 
 
 def test_fresh_inputs_each_call():
