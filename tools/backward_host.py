@@ -4,28 +4,12 @@ main thread and from inside an autograd backward (which runs on the engine's dev
 Usage: python tools/backward_host.py [LAYER]   (a name from tools/host_overhead.py LAYERS)
 """
 
-import statistics
 import sys
-import time
 
 import torch
 
 import convwgrad
-from host_overhead import LAYERS, tensors  # noqa: E402  (tools/ is the script's directory)
-
-
-def host_us(fn, calls=200):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        runs.append((time.perf_counter() - start) * 1e6 / calls)
-        torch.cuda.synchronize()
-    return statistics.median(runs)
+from host_overhead import LAYERS, per_call, tensors  # noqa: E402  (tools/ is the script's directory)
 
 
 def main(name):
@@ -65,7 +49,7 @@ def main(name):
         dw()
     print(f"{name}: family {log[-1].family}; host us per call")
     for label, fn in rows.items():
-        print(f"  {label:<40} {host_us(fn):8.1f}")
+        print(f"  {label:<40} {per_call(fn, 200)[0]:8.1f}")
 
 
 if __name__ == "__main__":
