@@ -1,23 +1,62 @@
 #!/usr/bin/env bash
-# One device call of the kernel issues (10, 11) and the integration issue (9): the backward host
-# diagnosis, both new families' variants against cuDNN, the UniRepLKNet step under the current
-# routing, and the new families' GPU tests. Each part has its own time limit; logs under $OUT.
+# One device call of issues 9-11, by parts (each with its own time limit; logs under $OUT):
+#   tests    the whole GPU suite (pytest -m gpu, 4 workers)
+#   host     where a patched step's extra host time goes (tools/step_host.py)
+#   shifted  the shifted family's variants (outer-product pins included) against cuDNN and merged
+#   layers   per-layer dW inside RepLKNet-31B and UniRepLKNet-T (channels_last), with the profile
+#   ncu      Nsight Compute of the shifted kernels on RepLKNet's 31x31 layer, both layouts
+#   backward wall and thread CPU time of a dW call inside autograd's backward (tools/backward_host.py)
+#   splits   the shifted kernel's planned tile over a sweep of split degrees (partial-wave tails)
+#   bigbatch UniRepLKNet-T at batch 128 (both layouts), RepLKNet-31B at 32 (channels_last)
+#   frameworks  the GPU framework tests
+#   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
+# Usage (GPU machine, repo root): bash tools/gpu_session.sh tests host shifted steps
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=$OUT/generated
-timeout 40 python3 tools/backward_host.py 2>&1 | grep -v Warn | tee "$OUT/backward_host.txt"
-timeout 170 python3 tools/family_bench.py --variants tools/variants_direct.py:variants --layouts channels_last \
-  --budget-s 140 --json "$OUT/direct.json" \
-  --shape N=64,C=96,H=56,W=56,k=7,g=96 --shape N=32,C=144,H=56,W=56,k=3,g=144 \
-  --shape N=64,C=768,H=7,W=7,k=7,g=768 --shape N=32,C=672,H=14,W=14,k=5,g=672 \
-  --shape N=64,C=384,H=14,W=14,k=7,g=384 --shape N=64,C=96,H=56,W=56,k=7,g=96,layout=contiguous \
-  --shape N=32,C=512,L=1024,k=4,g=512 2>&1 | grep -v Warn | tee "$OUT/direct.txt"
-timeout 170 python3 tools/family_bench.py --variants tools/variants_shifted.py:variants --layouts channels_last \
-  --budget-s 140 --json "$OUT/shifted.json" \
-  --shape N=16,C=128,H=56,W=56,k=31,g=128 --shape N=16,C=128,H=56,W=56,k=31,g=128,layout=contiguous \
-  --shape N=16,C=1024,H=7,W=7,k=13,g=1024 --shape N=32,C=160,H=28,W=28,k=7,d=2,g=160 \
-  --shape N=16,C=512,H=14,W=14,k=27,g=512 --shape N=32,C=512,L=2048,k=31,g=512 2>&1 | grep -v Warn | tee "$OUT/shifted.txt"
-timeout 80 python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --rounds 3 \
-  --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt"
-OMP_NUM_THREADS=4 timeout 100 python3 -m pytest tests/plugins/wgrad_direct tests/plugins/wgrad_shifted tests/provider/test_warm_path_gpu.py \
-  -m gpu -q -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_gpu_new.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -30
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
+for part in "$@"; do
+  start=$SECONDS
+  case $part in
+    tests)
+      OMP_NUM_THREADS=4 timeout 240 python3 -m pytest tests -m gpu -q -p no:cacheprovider -n 4 --durations=5 2>&1 \
+        | tee "$OUT/pytest_gpu.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -40 ;;
+    host)
+      timeout 90 python3 tools/step_host.py --models efficientnet_b0:8,convnext_tiny:8 2>&1 | grep -v Warn | tee "$OUT/step_host.txt" ;;
+    shifted)
+      timeout 150 python3 tools/family_bench.py --variants tools/variants_shifted.py:variants --layouts channels_last \
+        --budget-s 125 --json "$OUT/shifted.json" \
+        --shape N=16,C=128,H=56,W=56,k=31,g=128 --shape N=16,C=128,H=56,W=56,k=31,g=128,layout=contiguous \
+        --shape N=16,C=512,H=14,W=14,k=27,g=512 --shape N=16,C=1024,H=7,W=7,k=13,g=1024 \
+        --shape N=32,C=160,H=28,W=28,k=7,d=2,g=160 --shape N=32,C=512,L=2048,k=31,g=512 2>&1 | grep -v Warn | tee "$OUT/shifted.txt" ;;
+    layers)
+      timeout 150 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32 --layouts channels_last \
+        --rounds 1 --layers --profile --json "$OUT/layers.json" 2>&1 | grep -v Warn | tee "$OUT/layers.txt" ;;
+    ncu)
+      timeout 45 bash tools/ncu_config.sh --shape N=16,C=128,H=56,W=56,k=31,g=128 --family wgrad_shifted \
+        --tile m32n32k16w4s1 --group-merge 8 --split-k 32 > "$OUT/ncu_shifted_cl.txt" 2>&1
+      timeout 45 bash tools/ncu_config.sh --shape N=16,C=128,H=56,W=56,k=31,g=128 --layout contiguous \
+        --family wgrad_shifted --tile m32n32k64w4s3 --split-k 32 > "$OUT/ncu_shifted_nchw.txt" 2>&1
+      tail -5 "$OUT/ncu_shifted_cl.txt" ;;
+    backward)
+      timeout 60 python3 tools/backward_host.py 2>&1 | grep -v Warn | tee "$OUT/backward_host.txt" ;;
+    splits)
+      timeout 120 python3 tools/family_bench.py --variants tools/variants_shifted.py:split_variants --layouts channels_last \
+        --budget-s 100 --json "$OUT/splits.json" \
+        --shape N=16,C=128,H=56,W=56,k=31,g=128 --shape N=16,C=128,H=56,W=56,k=31,g=128,layout=contiguous \
+        --shape N=32,C=128,H=56,W=56,k=31,g=128 --shape N=16,C=256,H=28,W=28,k=29,g=256 \
+        --shape N=16,C=512,H=14,W=14,k=27,g=512 --shape N=32,C=320,H=14,W=14,k=13,g=320 2>&1 | grep -v Warn | tee "$OUT/splits.txt" ;;
+    bigbatch)
+      timeout 150 python3 tools/step_bench.py --models unireplknet_t:128 --rounds 2 --json "$OUT/steps_unirep128.json" 2>&1 \
+        | grep -v Warn | tee "$OUT/steps_bigbatch.txt"
+      timeout 80 python3 tools/step_bench.py --models replknet31b:32 --layouts channels_last --rounds 2 \
+        --json "$OUT/steps_replk32.json" 2>&1 | grep -v Warn | tee -a "$OUT/steps_bigbatch.txt" ;;
+    frameworks)
+      OMP_NUM_THREADS=4 timeout 200 python3 -m pytest tests/frameworks -m gpu -q -p no:cacheprovider -n 4 2>&1 \
+        | tee "$OUT/pytest_frameworks.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
+    steps)
+      timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
+        --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;
+  esac
+  echo "[$part: $((SECONDS - start)) s]" | tee -a "$OUT/parts.txt"
+done

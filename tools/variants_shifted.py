@@ -105,6 +105,27 @@ def variants(problem, target="sm_90") -> list[tuple[str, dict]]:
     return out[:MAX_VARIANTS] + outer_variants(problem, target)
 
 
+#: split degrees of the split sweep (``split_variants``): ncu on the 31x31 channels_last layer
+#: (2026-12-03, session 3) showed the planned cb8 kernel at 512 programs = 1.94 waves of its 264
+#: slots (227 registers: 2 programs an SM), so up to half its time a partial wave; these bracket
+#: one, two and three full waves for the layers of the issue.
+SPLIT_SWEEP = (4, 8, 12, 16, 24, 33, 48, 66)
+
+
+def split_variants(problem, target="sm_90") -> list[tuple[str, dict]]:
+    """The planned tile of the shifted kernel at every degree of ``SPLIT_SWEEP`` plan() admits."""
+    planned = convwgrad.plan(problem, target, family=FAMILY)
+    out = []
+    for split_k in SPLIT_SWEEP:
+        pins = {"family": FAMILY, "tile": planned.spec.tile, "group_merge": planned.spec.group_merge, "split_k": split_k}
+        try:
+            convwgrad.plan(problem, target, **pins)
+        except ValueError:
+            continue
+        out.append((_label(planned.spec.tile, planned.spec.group_merge, split_k), pins))
+    return out
+
+
 if __name__ == "__main__":  # print the variants of the issue's layers (no GPU needed)
     from convwgrad.provider import ConvProblem
 

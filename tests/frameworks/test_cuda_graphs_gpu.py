@@ -18,7 +18,7 @@ from convwgrad.provider import ConvProblem, reference_weight_grad, relative_erro
 from convwgrad.provider.reference import TOLERANCE
 
 from grad_checks import assert_within_bf16_noise, fp32_reference_grads, grads
-from torch_models import build
+from torch_models import LARGE_FILTER_FAMILY, build
 
 pytestmark = pytest.mark.gpu
 
@@ -28,9 +28,8 @@ REPLAYS = 3
 #: it on the second call and replay it from the third on
 COMPILED_STEPS = 5
 
-#: The family the router gives these 31x31 layers on CUDA (measured faster than merged and cuDNN;
-#: selectors/routing.py): what the captured steps must launch.
-ROUTED_FAMILY = "wgrad_shifted"
+#: what the captured steps must launch for the 31x31 layers
+ROUTED_FAMILY = LARGE_FILTER_FAMILY
 
 
 def autocast_step(model, x, target):

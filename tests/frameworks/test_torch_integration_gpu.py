@@ -12,7 +12,7 @@ from convwgrad.provider.reference import relative_error
 
 from grad_checks import BF16_TOL, assert_within_bf16_noise, fp32_reference_grads, grads
 from op_checks import check_compiled_op
-from torch_models import STACKS, build
+from torch_models import LARGE_FILTER_FAMILY, STACKS, build
 
 pytestmark = pytest.mark.gpu
 
@@ -59,7 +59,7 @@ def test_autocast_channels_last_step_matches_stock(name):
     assert [r.kernel_name for r in log] == [p.kernel_name for p in reversed(expected)]  # backward: last layer first
     assert all("_bf16_" in r.kernel_name for r in log)
     if name == "replknet":  # 31x31: the shifted family on CUDA (measured faster than merged; cuDNN keeps the small filters)
-        assert len(log) == 2 and {r.family for r in log} == {"wgrad_shifted"}
+        assert len(log) == 2 and {r.family for r in log} == {LARGE_FILTER_FAMILY}
     assert_grads_close(stock, patched)
 
 
@@ -76,8 +76,8 @@ def test_torch_compile_inductor_matches_compiled_stock(name, no_tf32):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         plans = convwgrad.layer_plans(patched, x)
     ours = [(layer, p) for layer, p in plans if p.family != "aten"]
-    if name == "replknet":  # 31x31: the merged family on CUDA
-        assert [p.family for _, p in ours] == ["wgrad_merged"] * 2
+    if name == "replknet":  # 31x31: the shifted family on CUDA
+        assert [p.family for _, p in ours] == [LARGE_FILTER_FAMILY] * 2
     one_step(torch.compile(stock), x, target)
     with convwgrad.record_launches() as log:
         one_step(torch.compile(patched), x, target)
@@ -106,7 +106,7 @@ def test_op_compiled_fullgraph_matches_eager_for_each_patched_layer(name):
     layers = {p.problem: patched.get_submodule(layer).bias is not None for layer, p in plans}
     families = [check_compiled_op(problem, "cuda", bias=bias, seed=i, other_grads_tol=BF16_TOL)
                 for i, (problem, bias) in enumerate(layers.items())]
-    expected = {"replknet": ["wgrad_merged"], "convnext": ["aten"]}[name]  # 7x7 stays with cuDNN on CUDA
+    expected = {"replknet": [LARGE_FILTER_FAMILY], "convnext": ["aten"]}[name]  # 7x7 stays with cuDNN on CUDA
     assert families == expected * len(layers)
 
 
@@ -124,6 +124,6 @@ def test_gradient_accumulation_and_determinism_on_gpu():
         one_step(patched, x, target)  # accumulates onto the second step's gradient
     finally:
         torch.use_deterministic_algorithms(False)
-    assert {r.family for r in log} == {"wgrad_shifted"}
+    assert {r.family for r in log} == {LARGE_FILTER_FAMILY}
     assert torch.equal(grads[0], grads[1])  # convwgrad's dW is bitwise deterministic
     assert relative_error(dw.grad, 2 * grads[1].double()) <= 1e-2

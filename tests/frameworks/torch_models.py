@@ -3,6 +3,11 @@
 import torch
 from torch import nn
 
+#: The family the router gives the replknet stack's 31x31 depthwise layers on CUDA (the shifted
+#: family measured faster than merged and cuDNN there; selectors/routing.py): what the GPU
+#: framework tests expect those layers to launch.
+LARGE_FILTER_FAMILY = "wgrad_shifted"
+
 
 class InvertedResidual(nn.Module):
     """MobileNetV2: 1x1 expand, depthwise 3x3, 1x1 project, residual."""
