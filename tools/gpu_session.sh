@@ -9,6 +9,7 @@
 #   splits   the shifted kernel's planned tile over a sweep of split degrees (partial-wave tails)
 #   bigbatch UniRepLKNet-T at batch 128 (both layouts), RepLKNet-31B at 32 (channels_last)
 #   frameworks  the GPU framework tests
+#   allaten  the all-cuDNN timm models with an A/A arm in the same rotation
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh tests host shifted steps
 set -uo pipefail
@@ -54,6 +55,10 @@ for part in "$@"; do
     frameworks)
       OMP_NUM_THREADS=4 timeout 200 python3 -m pytest tests/frameworks -m gpu -q -p no:cacheprovider -n 4 2>&1 \
         | tee "$OUT/pytest_frameworks.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
+    allaten)
+      timeout 150 python3 tools/step_bench.py --with-control --rounds 3 \
+        --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128 \
+        --json "$OUT/steps_allaten.json" 2>&1 | grep -v Warn | tee "$OUT/steps_allaten.txt" ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;

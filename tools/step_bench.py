@@ -79,9 +79,10 @@ def grouped_convs(model):
             if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) and m.groups > 1]
 
 
-def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=False):
+def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=False, with_control=False):
     """``control``: the 'patched' model is a second stock copy (an A/A run: what the method
-    reports when nothing differs)."""
+    reports when nothing differs). ``with_control``: a second stock copy runs as a third arm in
+    the same rotation, so each result carries its own A/A ratio (``control_ratio``)."""
     stock, shape, classes = make_model(name)
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     stock = stock.cuda().to(memory_format=fmt)
@@ -89,14 +90,18 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=F
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(batch, *shape, device="cuda", generator=g).contiguous(memory_format=fmt)
     target = torch.randint(0, classes, (batch,), device="cuda", generator=g)
+    arms = [("stock", stock), ("patched", patched)]
+    if with_control:
+        arms.append(("control", copy.deepcopy(stock)))
     runs = {}
-    for label, model in (("stock", stock), ("patched", patched)):
+    for label, model in arms:
         run = torch.compile(model) if compiled else model
         runs[label] = (run, torch.optim.SGD(model.parameters(), lr=1e-3))
         step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
-    samples = {"stock": [], "patched": []}
+    samples = {label: [] for label in runs}
+    order = list(runs)
     for i in range(rounds * steps):  # one step each in turn (host-bound eager steps drift by several %),
-        for label in (("stock", "patched") if i % 2 else ("patched", "stock")):  # each first half the time
+        for label in order[i % len(order):] + order[:i % len(order)]:  # each arm first equally often
             samples[label] += step_times(*runs[label], x, target, 1)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         families = [p.family for _, p in convwgrad.layer_plans(patched, x)]
@@ -106,6 +111,9 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=F
               "patched_spread_ms": [min(samples["patched"]), max(samples["patched"])],
               "ratio_of_pairs_median": statistics.median(a / b for a, b in zip(samples["stock"], samples["patched"])),
               "grouped_layers": len(families), "families": {f: families.count(f) for f in sorted(set(families))}}
+    if with_control:
+        result["control_ms"] = statistics.median(samples["control"])
+        result["control_ratio"] = result["stock_ms"] / result["control_ms"]
     if profile:
         result["profile"] = {label: kernel_profile(*runs[label], x, target) for label in ("stock", "patched")}
     return result, (stock, patched, x, target)
@@ -284,6 +292,8 @@ def main(argv=None):
     parser.add_argument("--json", help="write every result to this file")
     parser.add_argument("--control", action="store_true",
                         help="A/A: time a second stock copy in place of the patched model")
+    parser.add_argument("--with-control", action="store_true",
+                        help="a second stock copy as a third arm: each row shows its own A/A ratio")
     args = parser.parse_args(argv)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
           f"{'compiled' if args.compile else 'eager'}; median step ms over {args.rounds} x {args.steps} steps "
@@ -296,7 +306,7 @@ def main(argv=None):
         for layout in args.layouts.split(","):
             try:
                 result, (stock, patched, x, target) = bench_steps(
-                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile, args.control)
+                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile, args.control, args.with_control)
             except Exception as exc:  # one model's failure must not cost the others' numbers
                 import traceback
 
@@ -305,7 +315,8 @@ def main(argv=None):
                 continue
             plans = ", ".join(f"{n} {f}" for f, n in result["families"].items())
             print(f"{name:<18} {batch:>5} {layout:<14} {result['stock_ms']:>9.2f} {result['patched_ms']:>11.2f} "
-                  f"{result['stock_ms'] / result['patched_ms']:>7.3f}x  {plans}", flush=True)
+                  f"{result['stock_ms'] / result['patched_ms']:>7.3f}x  {plans}"
+                  + (f"  (A/A {result['control_ratio']:.3f}x)" if args.with_control else ""), flush=True)
             if args.profile:
                 print_profile(result["profile"])
             if args.layers:

@@ -248,14 +248,26 @@ def planning_generation() -> int:
     return _prepared.refresh()
 
 
+_SEQUENCES = (tuple, list, torch.Size)
+
+
 def _exact_ints(value):
-    """``value`` as a hashable key if it is an int or a (nested) sequence of exact ints, else None."""
-    if type(value) is int:
+    """``value`` as a hashable key if it is an int or a (nested) sequence of exact ints, else None.
+    A flat sequence (every warm call's stride, padding, dilation and weight size) is checked in one
+    loop, without a generator or a call per item: the key is built on every call of the warm path."""
+    kind = type(value)
+    if kind is int:
         return value
-    if type(value) in (tuple, list, torch.Size):
-        items = tuple(_exact_ints(v) for v in value)
-        return None if None in items else items
-    return None
+    if kind not in _SEQUENCES:
+        return None
+    items = tuple(value)
+    for item in items:
+        if type(item) is not int:
+            break
+    else:
+        return items
+    nested = tuple(_exact_ints(item) for item in items)  # (before, after) padding pairs
+    return None if None in nested else nested
 
 
 def _tensor_key(tensor):
