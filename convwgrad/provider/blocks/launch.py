@@ -261,7 +261,10 @@ class KernelLaunch:
             grid = self.grid
             stream = torch._C._cuda_getCurrentRawStream(self.device_index)
             runtime = _triton_knobs.runtime
-            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            # Triton 3.6+ installs empty HookChains: one that calls nothing is no hook, and its launch
+            # metadata (~5 us of Python a launch on the H200 host, tools/backward_host.py) is skipped
+            enter = _live_hook(runtime.launch_enter_hook)
+            leave = _live_hook(runtime.launch_exit_hook)
             metadata = (None if enter is None and leave is None
                         else compiled.launch_metadata(grid, stream, *tensors, *self.tail))
             compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
@@ -270,6 +273,11 @@ class KernelLaunch:
         compiled = self.kernel[self.grid](*tensors, *self.tail, num_warps=self.num_warps, num_stages=self.num_stages)
         if self.device_index is not None and compiled is not None and not any(t.data_ptr() & 15 for t in tensors):
             self.compiled = compiled  # specialised for aligned pointers: reused only for aligned ones
+
+
+def _live_hook(hook):
+    """``hook``, or None where it is an empty ``HookChain`` (whose call does nothing)."""
+    return None if hook is None or not getattr(hook, "calls", True) else hook
 
 
 def run_stages(problem, spec, target, input, grad_output, out, workspace, *, kernel, make_args, grids,
