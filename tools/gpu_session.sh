@@ -10,6 +10,7 @@
 #   bigbatch UniRepLKNet-T at batch 128 (both layouts), RepLKNet-31B at 32 (channels_last)
 #   frameworks  the GPU framework tests
 #   hostpath host cost per call over aten (tools/host_overhead.py) and the warm-path and shifted GPU tests
+#   layerhost  a depthwise layer's forward/backward host time, stock vs patched, and the patched backward's profile
 #   allaten  the all-cuDNN timm models with an A/A arm in the same rotation
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh tests host shifted steps
@@ -60,6 +61,8 @@ for part in "$@"; do
       timeout 120 python3 tools/host_overhead.py --calls 100 --json "$OUT/host_overhead.json" 2>&1 | grep -v Warn | tee "$OUT/host_overhead.txt"
       OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/provider/test_warm_path_gpu.py tests/plugins/wgrad_shifted -m gpu -q \
         -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_warm_shifted.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
+    layerhost)
+      timeout 100 python3 tools/layer_host.py --calls 150 2>&1 | grep -v Warn | tee "$OUT/layer_host.txt" ;;
     allaten)
       timeout 150 python3 tools/step_bench.py --with-control --rounds 3 \
         --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128 \

@@ -1,0 +1,100 @@
+"""Host time of one depthwise layer's forward and backward, stock against patched (GPU machine),
+each timed alone on an idle GPU, and a cProfile of the patched backward inside autograd's engine
+thread: where a patched layer's extra host time goes (issue 9: a host-bound UniRepLKNet-T step
+at batch 32 is slower patched although its dW kernels are 1.85x faster).
+
+Usage: python tools/layer_host.py [--layers replk-7-c1024-k13,unirep-14-c320-k13] [--calls 200]
+"""
+
+import argparse
+import copy
+import cProfile
+import os
+import pstats
+import statistics
+import time
+
+import torch
+
+import convwgrad
+from convwgrad.frameworks import torch_ops
+
+#: name: (N, C, H, k); depthwise, stride 1, 'same' padding, channels_last, bf16 autocast
+LAYERS = {
+    "replk-7-c1024-k13": (16, 1024, 7, 13),
+    "unirep-14-c320-k13": (32, 320, 14, 13),
+    "unirep-28-c160-k13": (32, 160, 28, 13),
+}
+
+
+def timed(fn, calls):
+    """Median host and thread-CPU us of ``fn``, each call on an idle GPU."""
+    wall, cpu = [], []
+    for i in range(calls + 10):
+        torch.cuda.synchronize()
+        w, c = time.perf_counter(), time.thread_time()
+        fn()
+        if i >= 10:
+            cpu.append((time.thread_time() - c) * 1e6)
+            wall.append((time.perf_counter() - w) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default=",".join(LAYERS))
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    for name in args.layers.split(","):
+        n, c, h, k = LAYERS[name]
+        stock = torch.nn.Conv2d(c, c, k, padding=k // 2, groups=c).cuda().to(memory_format=torch.channels_last)
+        patched = convwgrad.patch(copy.deepcopy(stock))
+        x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+        g = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        with convwgrad.record_launches() as log:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                patched(x).backward(g)
+        print(f"{name}: dW family {log[-1].family if log else 'aten'}; host us (thread cpu us), median of {args.calls}")
+        for label, module in (("stock", stock), ("patched", patched)):
+            def forward():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return module(x)
+
+            def forward_backward():
+                forward().backward(g)
+
+            fwd = timed(forward, args.calls)
+            both = timed(forward_backward, args.calls)
+            print(f"  {label:<8} forward {fwd[0]:7.1f} ({fwd[1]:6.1f})   forward+backward {both[0]:7.1f} ({both[1]:6.1f})"
+                  f"   backward ~{both[0] - fwd[0]:7.1f}")
+        # the patched backward's own profile, taken in the engine thread that runs it
+        profile = cProfile.Profile()
+        original = torch_ops.EagerConv.backward
+
+        def profiled(ctx, grad_output):
+            profile.enable()
+            try:
+                return original(ctx, grad_output)
+            finally:
+                profile.disable()
+
+        torch_ops.EagerConv.backward = staticmethod(profiled)
+        try:
+            for _ in range(100):
+                torch.cuda.synchronize()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    patched(x).backward(g)
+        finally:
+            torch_ops.EagerConv.backward = staticmethod(original)
+        torch.cuda.synchronize()
+        stats = pstats.Stats(profile).stats
+        total = sum(v[2] for v in stats.values()) / 100 * 1e6
+        print(f"  patched backward, cProfile in the engine thread: {total:.1f} us own time a call; top:")
+        for (path, line, func), (_, calls, own, cum, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:14]:
+            print(f"    {own / 100 * 1e6:7.1f} us own {cum / 100 * 1e6:7.1f} cum  x{calls / 100:4.1f}  "
+                  f"{os.path.basename(path)}:{line}({func})")
+
+
+if __name__ == "__main__":
+    main()
