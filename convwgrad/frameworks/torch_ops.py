@@ -107,7 +107,9 @@ class EagerConv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, stride, padding, dilation, groups):
         _conv_setup_context(ctx, (input, weight, bias, stride, padding, dilation, groups), None)
-        return _aten_conv(input, weight, bias, stride, padding, dilation, groups)
+        # aten::convolution through torch's native binding: the same dispatcher call as
+        # _aten_conv's torch.ops one, ~4.5 us less Python on a 2-core CPU (the op's boxed call)
+        return torch.convolution(input, weight, bias, stride, padding, dilation, False, [0] * len(stride), groups)
 
     @staticmethod
     def backward(ctx, grad_output):
