@@ -2,14 +2,21 @@
 A[r, c] = seg[r + c] from it, and feed one tensor-core MMA; compile offline (no GPU) and count
 what the ISA does.
 
-Nothing here is launched: every variant only compiles, for sm_90 (PTX + cubin) and, where the
-variant is not NVIDIA-only, for gfx950. Run it with either Triton:
+By default nothing is launched: every variant only compiles, for sm_90 (PTX + cubin) and, where the
+variant is not NVIDIA-only, for gfx950 (``--run``, below, launches them on a GPU). Run it with either Triton:
 
     . .venv/bin/activate && python tools/gluon_probe.py            # Triton 3.9 (this venv)
     /path/to/triton36-venv/bin/python tools/gluon_probe.py         # Triton 3.6 (no torch needed)
 
 Options: ``--variant NAME`` (repeatable) picks variants, ``--target sm_90|gfx950`` picks a target,
 ``--dump DIR`` writes each compiled variant's ttgir/ptx/amdgcn there.
+
+``--run`` (needs torch; imported only in this mode) instead launches every variant that the installed
+Triton supports on the local CUDA GPU (sm_80+ for mma_v2, sm_90 for wgmma; the expected failures
+are skipped) on fresh random bf16 inputs, into a NaN-poisoned output with a NaN guard after it, and
+compares with a float64 torch reference (see ``reference``). Before that it runs a CPU self-check of
+the reference against a plain-torch replay of the kernels' index math. Without a GPU it says so and
+exits 0; with one it exits 1 if any launched variant is wrong.
 
 Variants (M x K Hankel A[r, c] = x[r + c + q*K], K x N second operand B, fp32 result M x N,
 two K steps q = 0, 1):
@@ -400,13 +407,179 @@ def _cubin_resources(cubin):
     return {"registers": int(reg.group(1)) if reg else None, "stack bytes": int(stack.group(1)) if stack else None}
 
 
+# ------------------------------------------------------------------------------------------ --run (GPU)
+#: The K steps every variant accumulates: the kernels' ``for q in gl.static_range(2)`` (offsets 0, K).
+KSTEPS = 2
+#: Elements of x the kernels may read: the copies variants load x[s + t] for s < M, t < SEG.
+X_LEN = M + SEG - 1
+#: Elements of NaN guard after the M*N output: they must still be NaN after a launch.
+GUARD = 1024
+#: Accept if ||out - ref||_F / ||ref||_F and max|out - ref| / max(|A| @ |B|) are both within this.
+#: fp32 accumulation of 32 exact bf16 products is good to ~1e-6; a wrong shift or row gives ~1.
+RTOL = 1e-4
+
+
+def reference(x, dy):
+    """What every variant computes, in float64 on the CPU, derived from the definition and not from
+    the kernels' index code: out[r, n] = sum_{k < KSTEPS*K} A[r, k] * dy[k, n] with the Hankel operand
+    A[r, k] = x[r + k] (r < M). Returns (ref, scale) with scale = |A| @ |dy| for the error bound."""
+    x64 = x.detach().double().cpu().reshape(-1)
+    dy64 = dy.detach().double().cpu().reshape(ROWS, N)[:KSTEPS * K]
+    a = x64[:M + KSTEPS * K - 1].unfold(0, KSTEPS * K, 1)  # [M, KSTEPS*K], a[r, k] = x[r + k]
+    assert a.shape == (M, KSTEPS * K)
+    return a @ dy64, a.abs() @ dy64.abs()
+
+
+def emulate(kind, x, dy):
+    """The kernels' data flow replayed in plain torch (CPU, fp32 accumulation per K step), for the
+    self-check of ``reference``. kind "gather": A tile q is seg[q*K + t//K + t%K] reshaped [M, K]
+    (``_hankel_gather`` and reggather_mma_v2, seg = x[:SEG]); kind "copies": copies[s, t] = x[s + t]
+    and A tile q is copies[:, q*K : q*K + K] (``_stage_shifted_copies`` + slice). B tile q is
+    dy[q*K : q*K + K] (``dy_smem.slice(q*K, K, dim=0)``)."""
+    import torch
+    x = x.reshape(-1)
+    dy = dy.reshape(ROWS, N)
+    acc = torch.zeros(M, N, dtype=torch.float32)
+    t = torch.arange(M * K)
+    copies = x[torch.arange(M)[:, None] + torch.arange(SEG)[None, :]]  # [M, SEG]
+    for q in range(KSTEPS):
+        if kind == "gather":
+            a = x[:SEG][q * K + t // K + t % K].reshape(M, K)
+        elif kind == "copies":
+            a = copies[:, q * K:q * K + K]
+        else:
+            raise ValueError(kind)
+        acc += a.float() @ dy[q * K:q * K + K].float()
+    return acc
+
+
+def check(out, ref, scale):
+    """out: the [M, N] result (any device); returns (ok, report dict)."""
+    o = out.detach().double().cpu()
+    unwritten = int(o.isnan().sum())
+    diff = (o - ref).abs()
+    rel_fro = float((o - ref).norm() / ref.norm())
+    max_err = float(diff.max())
+    max_rel = float((diff / scale.max()).max())
+    ok = unwritten == 0 and rel_fro <= RTOL and max_rel <= RTOL  # NaN compares False
+    return ok, {"max_abs_err": max_err, "max_err/max(|A||B|)": max_rel, "rel_fro": rel_fro,
+                "unwritten (NaN left)": unwritten}
+
+
+def cpu_self_check():
+    """The reference against the kernels' index math replayed on the CPU, and two deliberately wrong
+    replays (A shifted by one element, B's rows off by one) that must be rejected."""
+    import torch
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(X_LEN, generator=g).to(torch.bfloat16)
+    dy = torch.randn(ROWS, N, generator=g).to(torch.bfloat16)
+    ref, scale = reference(x, dy)
+    good = True
+    for kind in ("gather", "copies"):
+        ok, rep = check(emulate(kind, x, dy), ref, scale)
+        print(f"[self-check] replay '{kind}' vs float64 reference: {'ok' if ok else 'WRONG'} {_fmt(rep)}")
+        good &= ok
+    bad_a = emulate("gather", torch.cat([x[1:], x[:1]]), dy)  # A[r, k] = x[r + k + 1]
+    bad_b = emulate("gather", x, torch.cat([dy[1:], dy[:1]]))  # B rows shifted by one
+    holey = emulate("gather", x, dy)
+    holey[5, 7] = float("nan")  # one element the kernel would not have written
+    for label, bad in (("A shifted by 1", bad_a), ("B rows shifted by 1", bad_b), ("one NaN left", holey)):
+        ok, rep = check(bad, ref, scale)
+        print(f"[self-check] deliberately wrong ({label}) is {'ACCEPTED (bad)' if ok else 'rejected (good)'}: {_fmt(rep)}")
+        good &= not ok
+    return good
+
+
+def _fmt(rep):
+    return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in rep.items())
+
+
+def run_on_gpu(names, iters=100):
+    """--run: the CPU self-check, then launch each supported variant on the local CUDA GPU."""
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"--run needs torch, which is not importable here ({exc}); nothing was run.")
+        return 0
+    print(f"torch {torch.__version__}, triton {triton.__version__}")
+    if not cpu_self_check():
+        print("RESULT: the CPU self-check of the reference failed; no GPU run")
+        return 1
+    if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
+        why = "a ROCm build (only the CUDA variants have a run path)" if getattr(torch.version, "hip", None) else \
+            "no CUDA GPU visible (torch.cuda.is_available() is False)"
+        print(f"RESULT: nothing launched: {why}. The CPU self-check passed; exit 0.")
+        return 0
+    dev = torch.device("cuda", torch.cuda.current_device())
+    cap = torch.cuda.get_device_capability(dev)
+    print(f"device {torch.cuda.get_device_name(dev)} (sm_{cap[0]}{cap[1]}); M={M} K={K} N={N} KSTEPS={KSTEPS}; "
+          f"tolerance {RTOL:g}")
+    wrong = ran = 0
+    for name in names:
+        kernel, backends = VARIANTS[name]
+        skip = ("cuda not a target of this variant" if "cuda" not in backends else
+                f"expected not to compile with triton {triton.__version__}" if name in EXPECTED_FAIL else
+                "wgmma needs sm_90" if "wgmma" in name and cap != (9, 0) else
+                "mma_v2 needs sm_80+" if cap < (8, 0) else None)
+        if skip:
+            print(f"[skip] {name}: {skip}")
+            continue
+        ran += 1
+        x = torch.randn(X_LEN, device=dev, dtype=torch.bfloat16)  # fresh per variant
+        dy = torch.randn(ROWS, N, device=dev, dtype=torch.bfloat16)
+        buf = torch.full((M * N + GUARD, ), float("nan"), device=dev, dtype=torch.float32)
+        out = buf[:M * N].view(M, N)
+        assert x.is_contiguous() and dy.is_contiguous() and dy.stride() == (N, 1) and out.stride() == (N, 1)
+
+        def launch():
+            kernel[(1, )](x, dy, buf, M=M, K=K, N=N, SEG=SEG, ROWS=ROWS, NUM_WARPS=NUM_WARPS, THREADS=32,
+                          KW=KWIDTH["cuda"], num_warps=NUM_WARPS)
+
+        try:
+            launch()
+            torch.cuda.synchronize(dev)
+        except Exception as exc:
+            wrong += 1
+            cause = exc.__cause__ or exc
+            print(f"[FAIL] {name}: launch raised {type(cause).__name__}: {str(cause).strip().splitlines()[-1:]}")
+            continue
+        first = out.detach().cpu().clone()
+        guard_ok = bool(buf[M * N:].isnan().all())
+        ok, rep = check(first, *reference(x, dy))
+        ok &= guard_ok
+        rep["guard intact"] = guard_ok
+        # probe timing: single CTA, launch-bound; says the kernel runs, not how fast a real one is
+        for _ in range(5):
+            launch()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            launch()
+        end.record()
+        torch.cuda.synchronize(dev)
+        us = start.elapsed_time(end) * 1e3 / iters
+        same = bool(torch.allclose(out.detach().cpu(), first, rtol=0, atol=0, equal_nan=True))
+        ok &= same
+        rep["repeat launches identical"] = same
+        wrong += not ok
+        print(f"[{'ok' if ok else 'WRONG'}] {name}: {_fmt(rep)}; probe timing {us:.1f} us/launch "
+              f"(mean of {iters} launches by cuda events, one CTA, includes launch overhead; not a benchmark)")
+    print(f"RESULT: {ran} variant(s) launched, {wrong} wrong or failed")
+    return 1 if wrong else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     ap.add_argument("--target", action="append", choices=sorted(TARGETS))
     ap.add_argument("--dump", help="folder for each compiled variant's ttgir / ptx / amdgcn")
     ap.add_argument("--traceback", action="store_true", help="print a failing compile's full traceback")
+    ap.add_argument("--run", action="store_true",
+                    help="launch the supported variants on the local CUDA GPU and check them against a float64 "
+                    "reference (needs torch; without a GPU only the CPU self-check runs, exit 0)")
     args = ap.parse_args(argv)
+    if args.run:
+        return run_on_gpu(args.variant or list(VARIANTS))
     print(f"triton {triton.__version__}; M={M} K={K} N={N} SEG={SEG} num_warps={NUM_WARPS}; "
           f"expected to fail here: {sorted(EXPECTED_FAIL)}")
     failures = 0
