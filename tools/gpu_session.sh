@@ -11,9 +11,11 @@
 #   frameworks  the GPU framework tests
 #   hostpath host cost per call over aten (tools/host_overhead.py) and the warm-path and shifted GPU tests
 #   layerhost  a depthwise layer's forward/backward host time, stock vs patched, and the patched backward's profile
+#   gluon    the Gluon probe's variants launched and checked against a float64 reference (tools/gluon_probe.py --run)
 #   allaten  the all-cuDNN timm models with an A/A arm in the same rotation
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
-# Usage (GPU machine, repo root): bash tools/gpu_session.sh tests host shifted steps
+# Usage (GPU machine, repo root): bash tools/gpu_session.sh layerhost gluon tests ...
+# (next session's first call: layerhost gluon tests)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
@@ -63,6 +65,8 @@ for part in "$@"; do
         -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_warm_shifted.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
     layerhost)
       timeout 100 python3 tools/layer_host.py --calls 150 2>&1 | grep -v Warn | tee "$OUT/layer_host.txt" ;;
+    gluon)
+      timeout 120 python3 tools/gluon_probe.py --run 2>&1 | tee "$OUT/gluon_run.txt" | tail -20 ;;
     allaten)
       timeout 150 python3 tools/step_bench.py --with-control --rounds 3 \
         --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128 \
