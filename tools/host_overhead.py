@@ -73,6 +73,21 @@ def per_call(fn, calls):
     return statistics.median(host), statistics.median(eager)
 
 
+def idle_per_call(fn, calls):
+    """Median wall and thread-CPU us of ``fn``, each call started on an idle GPU (synchronised
+    before it; its own kernels not waited for): the host cost of one call, free of back-pressure."""
+    wall, cpu = [], []
+    for i in range(calls + 10):
+        torch.cuda.synchronize()
+        w, c = time.perf_counter(), time.thread_time()
+        fn()
+        if i >= 10:
+            cpu.append((time.thread_time() - c) * 1e6)
+            wall.append((time.perf_counter() - w) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(wall), statistics.median(cpu)
+
+
 def measure(calls):
     rows = []
     for name, layer in LAYERS.items():

@@ -11,13 +11,12 @@ import copy
 import cProfile
 import os
 import pstats
-import statistics
-import time
 
 import torch
 
 import convwgrad
 from convwgrad.frameworks import torch_ops
+from host_overhead import idle_per_call  # noqa: E402  (tools/ is the script's directory)
 
 #: name: (N, C, H, k); depthwise, stride 1, 'same' padding, channels_last, bf16 autocast
 LAYERS = {
@@ -25,20 +24,6 @@ LAYERS = {
     "unirep-14-c320-k13": (32, 320, 14, 13),
     "unirep-28-c160-k13": (32, 160, 28, 13),
 }
-
-
-def timed(fn, calls):
-    """Median host and thread-CPU us of ``fn``, each call on an idle GPU."""
-    wall, cpu = [], []
-    for i in range(calls + 10):
-        torch.cuda.synchronize()
-        w, c = time.perf_counter(), time.thread_time()
-        fn()
-        if i >= 10:
-            cpu.append((time.thread_time() - c) * 1e6)
-            wall.append((time.perf_counter() - w) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def main():
@@ -64,8 +49,8 @@ def main():
             def forward_backward():
                 forward().backward(g)
 
-            fwd = timed(forward, args.calls)
-            both = timed(forward_backward, args.calls)
+            fwd = idle_per_call(forward, args.calls)
+            both = idle_per_call(forward_backward, args.calls)
             print(f"  {label:<8} forward {fwd[0]:7.1f} ({fwd[1]:6.1f})   forward+backward {both[0]:7.1f} ({both[1]:6.1f})"
                   f"   backward ~{both[0] - fwd[0]:7.1f}")
         # the patched backward's own profile, taken in the engine thread that runs it

@@ -94,6 +94,16 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
             f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
 
 
+def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:
+    """The fallback's Choice where aten was measured faster than ``spec``'s family (and admits the
+    problem), else None."""
+    fallback = next((s for s in admitted if s.family == FALLBACK_FAMILY), None)
+    measured = aten_measured_faster(problem, target, spec.family)
+    if measured and fallback is not None:
+        return Choice(spec=fallback, rule=f"measured: aten is faster than {spec.family} on {target.backend} ({measured})")
+    return None
+
+
 def select(problem, target, candidates, families) -> Choice | None:
     admitted = [spec for spec, verdict in candidates if verdict]
     if not admitted:
@@ -101,13 +111,9 @@ def select(problem, target, candidates, families) -> Choice | None:
     for spec in admitted:  # an opt-in family where it was measured faster comes first
         measured = spec.family in OPT_IN_FAMILIES and opt_in_measured_faster(problem, target, spec.family)
         if measured:
-            fallback = next((s for s in admitted if s.family == FALLBACK_FAMILY), None)
-            slower = aten_measured_faster(problem, target, spec.family)
-            if slower and fallback is not None:
-                return Choice(spec=fallback, rule=f"measured: aten is faster than {spec.family} on "
-                                                  f"{target.backend} ({slower})")
-            return Choice(spec=spec, rule=f"measured: {spec.family} is faster than the families above it and "
-                                          f"aten on {target.backend} ({measured}); first admitted candidate")
+            return _aten_if_measured_faster(problem, target, spec, admitted) or Choice(
+                spec=spec, rule=f"measured: {spec.family} is faster than the families above it and aten on "
+                                f"{target.backend} ({measured}); first admitted candidate")
     routed = [spec for spec in admitted if spec.family not in OPT_IN_FAMILIES]
     if not routed:  # only opt-in families offered: a pin chose them
         spec = admitted[0]
@@ -117,17 +123,13 @@ def select(problem, target, candidates, families) -> Choice | None:
     admitted = routed
     order = {name: rank for rank, name in enumerate(families.names())}
     best = min(admitted, key=lambda spec: order.get(spec.family, len(order)))  # stable: first listed wins ties
-    fallback = next((spec for spec in admitted if spec.family == FALLBACK_FAMILY), None)
     if best.family == FALLBACK_FAMILY:
         refused = sorted({s.family for s, v in candidates if not v and s.family != FALLBACK_FAMILY} - set(passed_over))
         why = f"no Triton family admits the problem ({', '.join(refused)} refused)" if refused else "no other family offered a candidate"
         if passed_over:
             why += f"; {', '.join(passed_over)} admits it but is opt-in, routed only where measured faster"
         return Choice(spec=best, rule=f"fallback: {why}")
-    measured = aten_measured_faster(problem, target, best.family)
-    if measured and fallback is not None:
-        return Choice(spec=fallback, rule=f"measured: aten is faster than {best.family} on {target.backend} ({measured})")
-    return Choice(
+    return _aten_if_measured_faster(problem, target, best, admitted) or Choice(
         spec=best,
         rule=f"priority: {best.family} is the highest-priority family admitting the problem; first admitted candidate",
     )

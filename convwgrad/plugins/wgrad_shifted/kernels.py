@@ -60,6 +60,17 @@ def _row_range(ky_base, split, H, OH, FY, PAD_H, DIL_H, BATCH, ROWS_PER_STEP, CO
 
 
 @triton.jit
+def _channel_bases(X, DY, chan, KPG, stride_xc, stride_dyc, IS_WIDE_INDEX: tl.constexpr):
+    """(output channel, X and dY base pointers) of a one-channel program; the channel widened to
+    64 bits where offsets need it (it also addresses dW)."""
+    chan_x = chan // KPG
+    if IS_WIDE_INDEX:
+        chan = chan.to(tl.int64)
+        chan_x = chan_x.to(tl.int64)
+    return chan, X + chan_x * stride_xc, DY + chan * stride_dyc
+
+
+@triton.jit
 def _step_origin(t, i_lo, row_blocks, ROWS_PER_STEP, COL_CHUNKS, SEG, IS_WIDE_INDEX: tl.constexpr):
     """Step t -> (image n, first base row i0, first output column ow0): scalars, once a step."""
     chunk = t % COL_CHUNKS
@@ -137,12 +148,7 @@ def _wgrad_shifted_kernel(
     i_lo, row_blocks, t_lo, t_hi = _row_range(ky_base, split, H, OH, FY, PAD_H, DIL_H, BATCH, ROWS_PER_STEP,
                                               COL_CHUNKS, SPLIT_K, ROW_STRIDE, FOLD, BLOCK_N)
 
-    chan_x = chan // KPG
-    if IS_WIDE_INDEX:
-        chan = chan.to(tl.int64)
-        chan_x = chan_x.to(tl.int64)
-    x_chan = X + chan_x * stride_xc
-    dy_chan = DY + chan * stride_dyc
+    chan, x_chan, dy_chan = _channel_bases(X, DY, chan, KPG, stride_xc, stride_dyc, IS_WIDE_INDEX)
 
     # A: X rows i0 + a_row, columns ow0*s + a_col; offsets relative to the step's base pointer.
     a_row = lane_row[None, :] + (ky_a * DIL_H)[:, None]
@@ -384,12 +390,7 @@ def _wgrad_shifted_outer_kernel(
     q_ky = q // KX_BLOCK
     q_kx = q % KX_BLOCK
 
-    chan_x = chan // KPG
-    if IS_WIDE_INDEX:
-        chan = chan.to(tl.int64)
-        chan_x = chan_x.to(tl.int64)
-    x_chan = X + chan_x * stride_xc
-    dy_chan = DY + chan * stride_dyc
+    chan, x_chan, dy_chan = _channel_bases(X, DY, chan, KPG, stride_xc, stride_dyc, IS_WIDE_INDEX)
 
     dw = tl.zeros((Q,), dtype=tl.float32)
     for owb in range(0, OW_BLOCKS):

@@ -14,6 +14,7 @@ from convwgrad.plugins.wgrad_shifted import launcher
 from convwgrad.provider import ConvProblem, Tile, reference_weight_grad, relative_error
 from convwgrad.provider.reference import TOLERANCE
 from convwgrad.provider.target import resolve_target
+from shifted_cases import COMMON_CASES
 from support import DEVICE, assert_bitwise_repeatable, assert_close_to_reference, describe_mismatch, run_checked
 
 pytestmark = pytest.mark.usefixtures("no_tf32")
@@ -25,20 +26,11 @@ SMALL = Tile(block_m=16, block_n=16, block_k=16)
 FOLDED = Tile(block_m=64, block_n=16, block_k=32)
 
 CASES = {
-    "dw5x5-odd": dict(batch=2, groups=3, in_channels=3, input_size=(7, 9), filter_size=5, padding=2),
-    "dw13-prime": dict(batch=1, groups=2, in_channels=2, input_size=(11, 13), filter_size=13, padding=6),
-    "stride2": dict(batch=2, groups=2, in_channels=2, input_size=(11, 10), filter_size=5, stride=2, padding=2),
-    "stride3x2": dict(batch=1, groups=2, in_channels=2, input_size=(13, 9), filter_size=3, stride=(3, 2), padding=1),
-    "dilation2": dict(batch=2, groups=2, in_channels=2, input_size=(9, 9), filter_size=3, dilation=2, padding=2),
+    **COMMON_CASES,
     "dilation5-asym": dict(batch=1, groups=2, in_channels=2, input_size=(13, 12), filter_size=3, dilation=5,
                            padding=((4, 6), (5, 3))),
     "asym-pad": dict(batch=2, groups=2, in_channels=2, input_size=(6, 7), filter_size=(5, 3), padding=((0, 3), (2, 1))),
     "1xk-swapped": dict(batch=1, groups=2, in_channels=2, input_size=(5, 11), filter_size=(1, 7), padding=(0, 3)),
-    "multiplier-kpg2": dict(batch=1, groups=2, in_channels=2, out_channels=4, input_size=(7, 7), filter_size=5,
-                            padding=2),
-    "conv1d-k31": dict(batch=2, groups=2, in_channels=2, input_size=(37,), filter_size=31, padding=15),
-    "conv1d-s2d3": dict(batch=1, groups=3, in_channels=3, input_size=(29,), filter_size=5, stride=2, dilation=3,
-                        padding=((5, 2),)),
 }
 
 

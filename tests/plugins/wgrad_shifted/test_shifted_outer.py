@@ -12,6 +12,7 @@ from convwgrad.plugins.wgrad_shifted import launcher
 from convwgrad.provider import ConvProblem, Tile, reference_weight_grad, relative_error
 from convwgrad.provider.reference import TOLERANCE
 from convwgrad.provider.target import resolve_target
+from shifted_cases import COMMON_CASES
 from support import DEVICE, assert_bitwise_repeatable, assert_close_to_reference, run_checked
 
 pytestmark = pytest.mark.usefixtures("no_tf32")
@@ -20,21 +21,12 @@ FAMILY = "wgrad_shifted"
 KERNEL = "_wgrad_shifted_outer_kernel"
 
 CASES = {
-    "dw5x5-odd": dict(batch=2, groups=3, in_channels=3, input_size=(7, 9), filter_size=5, padding=2),
-    "dw13-prime": dict(batch=1, groups=2, in_channels=2, input_size=(11, 13), filter_size=13, padding=6),
-    "stride2": dict(batch=2, groups=2, in_channels=2, input_size=(11, 10), filter_size=5, stride=2, padding=2),
-    "stride3x2": dict(batch=1, groups=2, in_channels=2, input_size=(13, 9), filter_size=3, stride=(3, 2), padding=1),
-    "dilation2": dict(batch=2, groups=2, in_channels=2, input_size=(9, 9), filter_size=3, dilation=2, padding=2),
+    **COMMON_CASES,
     "dilation3-asym": dict(batch=1, groups=2, in_channels=2, input_size=(13, 12), filter_size=3, dilation=3,
                            padding=((2, 4), (3, 1))),
     "s2d2-asym": dict(batch=3, groups=2, in_channels=2, input_size=(11, 10), filter_size=5, stride=2, dilation=2,
                       padding=((3, 4), (4, 2))),
     "kx1-swapped": dict(batch=1, groups=2, in_channels=2, input_size=(11, 5), filter_size=(7, 1), padding=(3, 0)),
-    "multiplier-kpg2": dict(batch=1, groups=2, in_channels=2, out_channels=4, input_size=(7, 7), filter_size=5,
-                            padding=2),
-    "conv1d-k31": dict(batch=2, groups=2, in_channels=2, input_size=(37,), filter_size=31, padding=15),
-    "conv1d-s2d3": dict(batch=1, groups=3, in_channels=3, input_size=(29,), filter_size=5, stride=2, dilation=3,
-                        padding=((5, 2),)),
     # W and OW multiples of 8: NCHW runs with ALIGN = 4 (fp32) / 8 (bf16), 16-byte row segments.
     "aligned-w16": dict(batch=2, groups=2, in_channels=2, input_size=(6, 16), filter_size=(3, 7), padding=(1, 3)),
     "tall-aligned": dict(batch=3, groups=2, in_channels=2, input_size=(17, 16), filter_size=5, padding=2),
