@@ -13,6 +13,8 @@
 #   layerhost  a depthwise layer's forward/backward host time, stock vs patched, and the patched backward's profile
 #   gluon    the Gluon probe's variants launched and checked against a float64 reference (tools/gluon_probe.py --run)
 #   allaten  the all-cuDNN timm models with an A/A arm in the same rotation
+#   layertrace  a patched layer's host time by piece, a candidate structure, and the op-by-op timeline (tools/layer_trace.py)
+#   sameaten the all-cuDNN timm models and UniRepLKNet-T, one model for all arms (--same-model) plus an A/A arm
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh layerhost gluon tests ...
 # (next session's first call: layerhost gluon tests)
@@ -71,6 +73,13 @@ for part in "$@"; do
       timeout 150 python3 tools/step_bench.py --with-control --rounds 3 \
         --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128 \
         --json "$OUT/steps_allaten.json" 2>&1 | grep -v Warn | tee "$OUT/steps_allaten.txt" ;;
+    layertrace)
+      timeout 150 python3 tools/layer_trace.py --layers replk-7-c1024-k13,unirep-14-c320-k13,unirep-14-c320-k7-d2 \
+        --calls 150 --timeline 2>&1 | grep -v Warn | tee "$OUT/layer_trace.txt" ;;
+    sameaten)
+      timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 \
+        --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128,unireplknet_t:32 \
+        --json "$OUT/steps_same_model.json" 2>&1 | grep -v Warn | tee "$OUT/steps_same_model.txt" ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;

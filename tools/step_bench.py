@@ -32,6 +32,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "frameworks"))
 
 import convwgrad  # noqa: E402
+from convwgrad.frameworks.patching import _STOCK_CLASS  # noqa: E402
 from convwgrad.provider.layout import layout_of  # noqa: E402
 from torch_models import NETWORKS, STACKS, build  # noqa: E402
 
@@ -62,16 +63,43 @@ def step(model, optimizer, x, target):
     optimizer.zero_grad(set_to_none=True)
 
 
-def step_times(model, optimizer, x, target, steps):
+def step_times(model, optimizer, x, target, steps, cpu_ms=None):
+    """CUDA-event ms of each step; the main thread's CPU ms of each appended to ``cpu_ms``."""
     times = []
     for _ in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cpu = time.thread_time()
         start.record()
         step(model, optimizer, x, target)
         end.record()
+        if cpu_ms is not None:
+            cpu_ms.append((time.thread_time() - cpu) * 1e3)
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return times
+
+
+class _Toggled:
+    """One model timed as stock and as patched by swapping the patched modules' classes before
+    each step (the per-module route cache is kept): the arms share parameters, memory and
+    optimizer, so what differs between them is convwgrad alone (an A/A arm on two copies of a
+    model differed by up to 6% on the H200 machine)."""
+
+    def __init__(self, model):
+        convwgrad.patch(model)
+        self.modules = [(m, type(m), _STOCK_CLASS[type(m)]) for m in model.modules() if type(m) in _STOCK_CLASS]
+
+    def set(self, patched):
+        for m, patched_class, stock_class in self.modules:
+            m.__class__ = patched_class if patched else stock_class
+
+    def arm(self, model, patched):
+        def run(*args, **kwargs):
+            self.set(patched)
+            return model(*args, **kwargs)
+
+        run.parameters = model.parameters
+        return run
 
 
 def grouped_convs(model):
@@ -79,30 +107,46 @@ def grouped_convs(model):
             if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) and m.groups > 1]
 
 
-def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=False, with_control=False):
+def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=False, with_control=False,
+                same_model=False):
     """``control``: the 'patched' model is a second stock copy (an A/A run: what the method
     reports when nothing differs). ``with_control``: a second stock copy runs as a third arm in
-    the same rotation, so each result carries its own A/A ratio (``control_ratio``)."""
+    the same rotation, so each result carries its own A/A ratio (``control_ratio``).
+    ``same_model``: all arms are one model, patched or not by class swap (:class:`_Toggled`);
+    the control arm is that model stock once more."""
     stock, shape, classes = make_model(name)
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     stock = stock.cuda().to(memory_format=fmt)
-    patched = copy.deepcopy(stock) if control else convwgrad.patch(copy.deepcopy(stock))
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(batch, *shape, device="cuda", generator=g).contiguous(memory_format=fmt)
     target = torch.randint(0, classes, (batch,), device="cuda", generator=g)
-    arms = [("stock", stock), ("patched", patched)]
-    if with_control:
-        arms.append(("control", copy.deepcopy(stock)))
+    if same_model:
+        if compiled:
+            raise ValueError("--same-model swaps classes between eager steps; it cannot time compiled models")
+        toggled = _Toggled(stock)
+        optimizer = torch.optim.SGD(stock.parameters(), lr=1e-3)
+        patched = stock
+        arms = [("stock", toggled.arm(stock, False)), ("patched", toggled.arm(stock, True))]
+        if with_control:
+            arms.append(("control", toggled.arm(stock, False)))
+    else:
+        patched = copy.deepcopy(stock) if control else convwgrad.patch(copy.deepcopy(stock))
+        arms = [("stock", stock), ("patched", patched)]
+        if with_control:
+            arms.append(("control", copy.deepcopy(stock)))
     runs = {}
     for label, model in arms:
         run = torch.compile(model) if compiled else model
-        runs[label] = (run, torch.optim.SGD(model.parameters(), lr=1e-3))
+        runs[label] = (run, optimizer if same_model else torch.optim.SGD(model.parameters(), lr=1e-3))
         step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
     samples = {label: [] for label in runs}
+    cpu = {label: [] for label in runs}
     order = list(runs)
     for i in range(rounds * steps):  # one step each in turn (host-bound eager steps drift by several %),
         for label in order[i % len(order):] + order[:i % len(order)]:  # each arm first equally often
-            samples[label] += step_times(*runs[label], x, target, 1)
+            samples[label] += step_times(*runs[label], x, target, 1, cpu[label])
+    if same_model:
+        toggled.set(True)  # the plans below and the per-layer breakdown read the patched model
     with torch.autocast("cuda", dtype=torch.bfloat16):
         families = [p.family for _, p in convwgrad.layer_plans(patched, x)]
     result = {"model": name, "batch": batch, "layout": layout, "compiled": compiled,
@@ -110,12 +154,17 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=F
               "stock_spread_ms": [min(samples["stock"]), max(samples["stock"])],
               "patched_spread_ms": [min(samples["patched"]), max(samples["patched"])],
               "ratio_of_pairs_median": statistics.median(a / b for a, b in zip(samples["stock"], samples["patched"])),
+              "stock_cpu_ms": statistics.median(cpu["stock"]), "patched_cpu_ms": statistics.median(cpu["patched"]),
+              "same_model": same_model,
               "grouped_layers": len(families), "families": {f: families.count(f) for f in sorted(set(families))}}
     if with_control:
         result["control_ms"] = statistics.median(samples["control"])
         result["control_ratio"] = result["stock_ms"] / result["control_ms"]
+        result["control_cpu_ms"] = statistics.median(cpu["control"])
     if profile:
         result["profile"] = {label: kernel_profile(*runs[label], x, target) for label in ("stock", "patched")}
+        if same_model:
+            toggled.set(True)
     return result, (stock, patched, x, target)
 
 
@@ -294,6 +343,8 @@ def main(argv=None):
                         help="A/A: time a second stock copy in place of the patched model")
     parser.add_argument("--with-control", action="store_true",
                         help="a second stock copy as a third arm: each row shows its own A/A ratio")
+    parser.add_argument("--same-model", action="store_true",
+                        help="one model for every arm, patched or not by class swap before each step")
     args = parser.parse_args(argv)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
           f"{'compiled' if args.compile else 'eager'}; median step ms over {args.rounds} x {args.steps} steps "
@@ -306,7 +357,8 @@ def main(argv=None):
         for layout in args.layouts.split(","):
             try:
                 result, (stock, patched, x, target) = bench_steps(
-                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile, args.control, args.with_control)
+                    name, batch, layout, args.steps, args.rounds, args.compile, args.profile, args.control, args.with_control,
+                    args.same_model)
             except Exception as exc:  # one model's failure must not cost the others' numbers
                 import traceback
 
@@ -316,7 +368,9 @@ def main(argv=None):
             plans = ", ".join(f"{n} {f}" for f, n in result["families"].items())
             print(f"{name:<18} {batch:>5} {layout:<14} {result['stock_ms']:>9.2f} {result['patched_ms']:>11.2f} "
                   f"{result['stock_ms'] / result['patched_ms']:>7.3f}x  {plans}"
-                  + (f"  (A/A {result['control_ratio']:.3f}x)" if args.with_control else ""), flush=True)
+                  + (f"  (A/A {result['control_ratio']:.3f}x)" if args.with_control else "")
+                  + f"  host CPU ms/step stock {result['stock_cpu_ms']:.2f} patched {result['patched_cpu_ms']:.2f}"
+                  + (f" control {result['control_cpu_ms']:.2f}" if args.with_control else ""), flush=True)
             if args.profile:
                 print_profile(result["profile"])
             if args.layers:

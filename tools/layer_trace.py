@@ -1,0 +1,175 @@
+"""Where a patched depthwise layer's host time goes, op by op and thread by thread (GPU machine).
+
+For each layer: (1) the host time of its pieces, each called alone on an idle GPU
+(``idle_per_call``): cuDNN's dgrad alone, dgrad + wgrad in one call (what stock autograd
+makes), convwgrad's dW call, the forward of each way; (2) the forward + backward of each way
+of running the layer: ``stock``, ``patched`` (the library as it is) and any candidate in
+``WAYS``; (3) a torch.profiler timeline of one stock and one patched forward + backward: every
+CPU event of depth <= 2 with its thread, start offset and duration, so a gap, a second thread
+or an unexpected copy shows.
+
+Usage: python tools/layer_trace.py [--layers replk-7-c1024-k13] [--calls 150] [--timeline]
+"""
+
+import argparse
+import copy
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import convwgrad  # noqa: E402
+from convwgrad.frameworks import torch_ops  # noqa: E402
+from convwgrad.frameworks.patching import _autocast  # noqa: E402
+from host_overhead import idle_per_call  # noqa: E402
+
+#: name: (N, C, H, k, dilation); depthwise, stride 1, 'same' padding, channels_last, bf16 autocast
+LAYERS = {
+    "replk-7-c1024-k13": (16, 1024, 7, 13, 1),
+    "unirep-14-c320-k13": (32, 320, 14, 13, 1),
+    "unirep-28-c160-k13": (32, 160, 28, 13, 1),
+    "unirep-14-c320-k7-d2": (32, 320, 14, 7, 2),
+}
+
+
+class _WeightGradNode(torch.autograd.Function):
+    """Candidate: identity on the convolution's output whose backward adds dW; dX (and the bias
+    gradient) come from torch's native ConvolutionBackward node of a conv on the detached weight."""
+
+    @staticmethod
+    def forward(ctx, output, input, weight, stride, padding, dilation, groups):
+        ctx.save_for_backward(input)
+        ctx.weight = (list(weight.shape), weight.stride())
+        ctx.arguments = (stride, padding, dilation, groups)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (input,) = ctx.saved_tensors
+        shape, strides = ctx.weight
+        grad_weight = torch_ops._conv_weight_impl(input, grad_output, shape, *ctx.arguments)
+        if grad_weight.stride() != strides:
+            grad_weight = grad_weight.as_strided(shape, strides)
+        return grad_output, None, grad_weight, None, None, None, None
+
+
+def native_dgrad(module):
+    """The candidate as a forward function for ``module`` (zero padding, its own stride/dilation)."""
+    stride, padding, dilation, groups = list(module.stride), list(module.padding), list(module.dilation), module.groups
+
+    def forward(x):
+        xb, wb, bb = _autocast(x, module.weight, module.bias)
+        y = torch.convolution(xb, wb.detach(), bb, stride, padding, dilation, False, [0] * len(stride), groups)
+        return _WeightGradNode.apply(y, xb.detach(), wb, stride, padding, dilation, groups)
+
+    return forward
+
+
+def timeline(fn, label, depth=2):
+    """Print one call's CPU events (depth <= ``depth``) with thread, start offset and duration."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
+    if not events:
+        return
+    t0 = min(e.time_range.start for e in events)
+    threads = {}
+
+    def level(e):
+        d = 0
+        while e.cpu_parent is not None:
+            e, d = e.cpu_parent, d + 1
+        return d
+
+    print(f"  timeline {label}: start(us) dur(us) thread name")
+    for e in sorted(events, key=lambda e: e.time_range.start):
+        d = level(e)
+        if d > depth:
+            continue
+        thread = threads.setdefault(e.thread, f"T{len(threads)}")
+        print(f"    {e.time_range.start - t0:8.1f} {e.time_range.elapsed_us():8.1f} {thread} {'  ' * d}{e.name[:70]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="replk-7-c1024-k13,unirep-14-c320-k13")
+    parser.add_argument("--calls", type=int, default=150)
+    parser.add_argument("--timeline", action="store_true")
+    args = parser.parse_args()
+    for name in args.layers.split(","):
+        n, c, h, k, d = LAYERS[name]
+        stock = torch.nn.Conv2d(c, c, k, padding=d * (k // 2), dilation=d, groups=c).cuda()
+        stock = stock.to(memory_format=torch.channels_last)
+        patched = convwgrad.patch(copy.deepcopy(stock))
+        candidate = copy.deepcopy(stock)
+        x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+        g = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        with convwgrad.record_launches() as log:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                patched(x).backward(g)
+        print(f"{name}: dW family {log[-1].family if log else 'aten'}; host us (thread cpu us), median of {args.calls}")
+
+        # the pieces, bf16 channels_last as autocast hands them over
+        xb = x.detach().to(torch.bfloat16)
+        wb = stock.weight.detach().to(torch.bfloat16)
+        conv_args = (list(stock.stride), list(stock.padding), list(stock.dilation), False, [0, 0], c)
+        aten_bwd = torch.ops.aten.convolution_backward.default
+        pieces = {
+            "cudnn forward": lambda: torch.convolution(xb, wb, None, *conv_args),
+            "cudnn dgrad only": lambda: aten_bwd(g, xb, wb, [c], *conv_args, [True, False, True]),
+            "cudnn wgrad only": lambda: aten_bwd(g, xb, wb, None, *conv_args, [False, True, False]),
+            "cudnn dgrad+wgrad": lambda: aten_bwd(g, xb, wb, [c], *conv_args, [True, True, True]),
+            "convwgrad dW": lambda: torch_ops._conv_weight_impl(xb, g, list(wb.shape), *conv_args[:3], c),
+        }
+        for label, fn in pieces.items():
+            wall, cpu = idle_per_call(fn, args.calls)
+            print(f"  piece {label:<20} {wall:7.1f} ({cpu:6.1f})")
+
+        ways = {"stock": stock, "patched": patched, "native_dgrad": native_dgrad(candidate)}
+        for label, module in ways.items():
+            def forward(module=module):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return module(x)
+
+            def forward_backward(forward=forward):
+                forward().backward(g)
+
+            fwd = idle_per_call(forward, args.calls)
+            both = idle_per_call(forward_backward, args.calls)
+            print(f"  way {label:<13} forward {fwd[0]:7.1f} ({fwd[1]:6.1f})   forward+backward {both[0]:7.1f} "
+                  f"({both[1]:6.1f})   backward ~{both[0] - fwd[0]:7.1f}")
+        # the candidate's gradients equal the patched layer's (same kernels; a sanity check)
+        for module in (patched, candidate):
+            module.zero_grad(set_to_none=True)
+        x.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            patched(x).backward(g)
+        ref_x, ref_w, ref_b = x.grad.clone(), patched.weight.grad.clone(), patched.bias.grad.clone()
+        x.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            native_dgrad(candidate)(x).backward(g)
+        same = all(torch.equal(a, b) for a, b in ((ref_x, x.grad), (ref_w, candidate.weight.grad),
+                                                   (ref_b, candidate.bias.grad)))
+        print(f"  native_dgrad gradients identical to patched: {same}")
+        if args.timeline:
+            for label in ("stock", "patched"):
+                module = ways[label]
+
+                def fb(module=module):
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        out = module(x)
+                    out.backward(g)
+
+                timeline(fb, f"{name} {label}")
+
+
+if __name__ == "__main__":
+    main()
