@@ -98,12 +98,95 @@ def timeline(fn, label, depth=2):
         print(f"    {e.time_range.start - t0:8.1f} {e.time_range.elapsed_us():8.1f} {thread} {'  ' * d}{e.name[:70]}")
 
 
+def interleaved(ways, calls):
+    """Median host us (wall, thread CPU) of each way, the ways called in turn on an idle GPU."""
+    import statistics
+    import time
+
+    samples = {label: ([], []) for label in ways}
+    for i in range(calls + 10):
+        for label, fn in ways.items():
+            torch.cuda.synchronize()
+            w, c = time.perf_counter(), time.thread_time()
+            fn()
+            if i >= 10:
+                samples[label][0].append((time.perf_counter() - w) * 1e6)
+                samples[label][1].append((time.thread_time() - c) * 1e6)
+    torch.cuda.synchronize()
+    return {label: (statistics.median(a), statistics.median(b)) for label, (a, b) in samples.items()}
+
+
+def forward_profile(name, calls):
+    """The patched forward taken apart: its pieces timed in turn, then torch.profiler's host events
+    and cProfile's top functions over 30 calls each (a device sync or a copy shows by name)."""
+    import cProfile
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    n, c, h, k, d = LAYERS[name]
+    stock = torch.nn.Conv2d(c, c, k, padding=d * (k // 2), dilation=d, groups=c).cuda()
+    stock = stock.to(memory_format=torch.channels_last)
+    patched = convwgrad.patch(copy.deepcopy(stock))
+    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+    xb, wb, bb = (t.detach().to(torch.bfloat16) for t in (x, stock.weight, stock.bias))
+    wb.requires_grad_()
+    resolved = (list(stock.stride), list(stock.padding), list(stock.dilation), c)
+
+    def under_autocast(fn):
+        def run():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return fn()
+        return run
+
+    ways = {
+        "stock module": under_autocast(lambda: stock(x)),
+        "patched module": under_autocast(lambda: patched(x)),
+        "_autocast casts": under_autocast(lambda: _autocast(x, stock.weight, stock.bias)),
+        "torch.convolution": under_autocast(lambda: torch.convolution(xb, wb, bb, *resolved[:3], False, [0, 0], c)),
+        "EagerConv.apply": under_autocast(lambda: torch_ops.EagerConv.apply(xb, wb, bb, *resolved)),
+        "EagerConv.apply no grad": under_autocast(lambda: torch_ops.EagerConv.apply(xb.detach(), wb.detach(),
+                                                                                   bb, *resolved)),
+    }
+    print(f"{name}: forward pieces, host us (thread cpu us), called in turn, median of {calls}")
+    for label, (wall, cpu) in interleaved(ways, calls).items():
+        print(f"  {label:<24} {wall:7.1f} ({cpu:6.1f})")
+    for label in ("stock module", "patched module"):
+        fn = ways[label]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(30):
+                torch.cuda.synchronize()
+                fn()
+            torch.cuda.synchronize()
+        rows = sorted((e for e in prof.key_averages() if e.self_cpu_time_total), key=lambda e: -e.self_cpu_time_total)
+        print(f"  torch.profiler {label}: self CPU us a call, top 12")
+        for e in rows[:12]:
+            print(f"    {e.self_cpu_time_total / 30:8.1f} x{e.count / 30:4.1f} {e.key[:80]}")
+    profiler = cProfile.Profile()
+    fn = ways["patched module"]
+    for _ in range(30):
+        torch.cuda.synchronize()
+        profiler.enable()
+        fn()
+        profiler.disable()
+    torch.cuda.synchronize()
+    print("  cProfile patched module forward: own us a call, top 12")
+    stats = pstats.Stats(profiler).stats
+    for (path, line, func), (_, ncalls, own, cum, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:12]:
+        print(f"    {own / 30 * 1e6:7.1f} own {cum / 30 * 1e6:7.1f} cum x{ncalls / 30:4.1f} {os.path.basename(path)}:{line}({func})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="replk-7-c1024-k13,unirep-14-c320-k13")
     parser.add_argument("--calls", type=int, default=150)
     parser.add_argument("--timeline", action="store_true")
+    parser.add_argument("--forward-profile", action="store_true", help="take the patched forward apart instead")
     args = parser.parse_args()
+    if args.forward_profile:
+        for name in args.layers.split(","):
+            forward_profile(name, args.calls)
+        return
     for name in args.layers.split(","):
         n, c, h, k, d = LAYERS[name]
         stock = torch.nn.Conv2d(c, c, k, padding=d * (k // 2), dilation=d, groups=c).cuda()

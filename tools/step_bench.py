@@ -20,6 +20,7 @@ Usage (GPU machine, repo root):
 
 import argparse
 import copy
+import gc
 import json
 import os
 import statistics
@@ -55,22 +56,30 @@ def make_model(name):
     return timm.create_model(name, pretrained=False), (3, 224, 224), 1000
 
 
-def step(model, optimizer, x, target):
+def step(model, optimizer, x, target, phases=None):
+    """One training step; ``phases`` (a list) gets the host ms of the forward, the backward
+    (``backward()`` returns once autograd's threads have launched everything) and the optimizer."""
+    t0 = time.perf_counter()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = F.cross_entropy(model(x), target)
+    t1 = time.perf_counter()
     loss.backward()
+    t2 = time.perf_counter()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if phases is not None:
+        phases.append(((t1 - t0) * 1e3, (t2 - t1) * 1e3, (time.perf_counter() - t2) * 1e3))
 
 
-def step_times(model, optimizer, x, target, steps, cpu_ms=None):
-    """CUDA-event ms of each step; the main thread's CPU ms of each appended to ``cpu_ms``."""
+def step_times(model, optimizer, x, target, steps, cpu_ms=None, phases=None):
+    """CUDA-event ms of each step; the main thread's CPU ms of each appended to ``cpu_ms``, the host
+    ms of its phases to ``phases``."""
     times = []
     for _ in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         cpu = time.thread_time()
         start.record()
-        step(model, optimizer, x, target)
+        step(model, optimizer, x, target, phases)
         end.record()
         if cpu_ms is not None:
             cpu_ms.append((time.thread_time() - cpu) * 1e3)
@@ -108,7 +117,7 @@ def grouped_convs(model):
 
 
 def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=False, with_control=False,
-                same_model=False):
+                same_model=False, gc_freeze=False):
     """``control``: the 'patched' model is a second stock copy (an A/A run: what the method
     reports when nothing differs). ``with_control``: a second stock copy runs as a third arm in
     the same rotation, so each result carries its own A/A ratio (``control_ratio``).
@@ -141,10 +150,16 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=F
         step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
     samples = {label: [] for label in runs}
     cpu = {label: [] for label in runs}
+    phases = {label: [] for label in runs}
     order = list(runs)
+    if gc_freeze:
+        gc.collect()
+        gc.freeze()  # the models' objects out of the collector's reach: a full collection is then cheap
     for i in range(rounds * steps):  # one step each in turn (host-bound eager steps drift by several %),
         for label in order[i % len(order):] + order[:i % len(order)]:  # each arm first equally often
-            samples[label] += step_times(*runs[label], x, target, 1, cpu[label])
+            samples[label] += step_times(*runs[label], x, target, 1, cpu[label], phases[label])
+    if gc_freeze:
+        gc.unfreeze()
     if same_model:
         toggled.set(True)  # the plans below and the per-layer breakdown read the patched model
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -155,7 +170,9 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=F
               "patched_spread_ms": [min(samples["patched"]), max(samples["patched"])],
               "ratio_of_pairs_median": statistics.median(a / b for a, b in zip(samples["stock"], samples["patched"])),
               "stock_cpu_ms": statistics.median(cpu["stock"]), "patched_cpu_ms": statistics.median(cpu["patched"]),
-              "same_model": same_model,
+              "same_model": same_model, "gc_freeze": gc_freeze,
+              "host_phases_ms": {label: [statistics.median(p[i] for p in phases[label]) for i in range(3)]
+                                 for label in phases},
               "grouped_layers": len(families), "families": {f: families.count(f) for f in sorted(set(families))}}
     if with_control:
         result["control_ms"] = statistics.median(samples["control"])
@@ -343,6 +360,8 @@ def main(argv=None):
                         help="A/A: time a second stock copy in place of the patched model")
     parser.add_argument("--with-control", action="store_true",
                         help="a second stock copy as a third arm: each row shows its own A/A ratio")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() before timing (is Python's cyclic collector part of a difference?)")
     parser.add_argument("--same-model", action="store_true",
                         help="one model for every arm, patched or not by class swap before each step")
     args = parser.parse_args(argv)
@@ -358,7 +377,7 @@ def main(argv=None):
             try:
                 result, (stock, patched, x, target) = bench_steps(
                     name, batch, layout, args.steps, args.rounds, args.compile, args.profile, args.control, args.with_control,
-                    args.same_model)
+                    args.same_model, args.gc_freeze)
             except Exception as exc:  # one model's failure must not cost the others' numbers
                 import traceback
 
@@ -371,6 +390,8 @@ def main(argv=None):
                   + (f"  (A/A {result['control_ratio']:.3f}x)" if args.with_control else "")
                   + f"  host CPU ms/step stock {result['stock_cpu_ms']:.2f} patched {result['patched_cpu_ms']:.2f}"
                   + (f" control {result['control_cpu_ms']:.2f}" if args.with_control else ""), flush=True)
+            print("  host ms forward/backward/optimizer: " + "; ".join(
+                f"{label} " + "/".join(f"{v:.2f}" for v in values) for label, values in result["host_phases_ms"].items()))
             if args.profile:
                 print_profile(result["profile"])
             if args.layers:
