@@ -194,7 +194,9 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
         nbytes = workspace_nbytes(problem, spec)
 
         def launch_stages(x, dy, out, workspace):
-            partials = workspace[:nbytes].view(torch.float32)
+            # the workspace a prepared call allocates is nbytes exactly: one view, no slice (an aten
+            # op, a few us of host time on every warm call); a caller's larger one is sliced
+            partials = (workspace if workspace.numel() == nbytes else workspace[:nbytes]).view(torch.float32)
             first(x, dy, partials)
             second(partials, out)
 
@@ -257,7 +259,10 @@ class KernelLaunch:
 
     def __call__(self, *tensors):
         compiled = self.compiled
-        if compiled is not None and not any(t.data_ptr() & 15 for t in tensors):
+        pointers = 0
+        for t in tensors:  # a loop, not any(<generator>): this runs on every warm launch
+            pointers |= t.data_ptr()
+        if compiled is not None and not pointers & 15:
             grid = self.grid
             stream = torch._C._cuda_getCurrentRawStream(self.device_index)
             runtime = _triton_knobs.runtime
