@@ -15,6 +15,7 @@
 #   allaten  the all-cuDNN timm models with an A/A arm in the same rotation
 #   layertrace  a patched layer's host time by piece, a candidate structure, and the op-by-op timeline (tools/layer_trace.py)
 #   sameaten the all-cuDNN timm models and UniRepLKNet-T, one model for all arms (--same-model) plus an A/A arm
+#   modulehost  each grouped layer's forward host time inside UniRepLKNet-T b32 and the patched backward's profile there
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh layerhost gluon tests ...
 # (next session's first call: layerhost gluon tests)
@@ -80,6 +81,9 @@ for part in "$@"; do
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 \
         --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128,unireplknet_t:32 \
         --json "$OUT/steps_same_model.json" 2>&1 | grep -v Warn | tee "$OUT/steps_same_model.txt" ;;
+    modulehost)
+      timeout 150 python3 tools/module_host.py --model unireplknet_t:32 --layout channels_last 2>&1 | grep -v Warn \
+        | tee "$OUT/module_host.txt" ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;
