@@ -56,10 +56,16 @@ def make_model(name):
     return timm.create_model(name, pretrained=False), (3, 224, 224), 1000
 
 
+#: set when the models are compiled with CUDA graphs (``--compile reduce-overhead``)
+_MARK_CUDAGRAPH_STEPS = False
+
+
 def step(model, optimizer, x, target, phases=None):
     """One training step; ``phases`` (a list) gets the host ms of the forward, the backward
     (``backward()`` returns once autograd's threads have launched everything) and the optimizer."""
     t0 = time.perf_counter()
+    if _MARK_CUDAGRAPH_STEPS:
+        torch.compiler.cudagraph_mark_step_begin()  # two compiled models share the CUDA-graph pool
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = F.cross_entropy(model(x), target)
     t1 = time.perf_counter()
@@ -145,7 +151,7 @@ def bench_steps(name, batch, layout, steps, rounds, compiled, profile, control=F
             arms.append(("control", copy.deepcopy(stock)))
     runs = {}
     for label, model in arms:
-        run = torch.compile(model) if compiled else model
+        run = torch.compile(model, mode=None if compiled is True else compiled) if compiled else model
         runs[label] = (run, optimizer if same_model else torch.optim.SGD(model.parameters(), lr=1e-3))
         step_times(*runs[label], x, target, 3)  # warm-up: compile, cuDNN heuristics, Triton JIT
     samples = {label: [] for label in runs}
@@ -352,7 +358,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="steps per round and model")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --steps steps, stock and patched alternated")
     parser.add_argument("--layouts", default="channels_last,contiguous")
-    parser.add_argument("--compile", action="store_true", help="torch.compile both models (inductor)")
+    parser.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
+                        help="torch.compile both models (inductor); MODE: a torch.compile mode, such as "
+                             "reduce-overhead (CUDA graphs)")
     parser.add_argument("--layers", action="store_true", help="per grouped layer: dW time inside the model")
     parser.add_argument("--profile", action="store_true", help="kernel-time differences from torch.profiler")
     parser.add_argument("--json", help="write every result to this file")
@@ -370,6 +378,8 @@ def main(argv=None):
           f"each, stock and patched alternated")
     print(f"{'model':<18} {'batch':>5} {'layout':<14} {'stock ms':>9} {'patched ms':>11} {'speedup':>8}  dW plans")
     results = []
+    global _MARK_CUDAGRAPH_STEPS
+    _MARK_CUDAGRAPH_STEPS = isinstance(args.compile, str) and "reduce-overhead" in args.compile
     for entry in args.models.split(","):
         name, _, batch = entry.partition(":")
         batch = int(batch or 32)
