@@ -11,13 +11,14 @@ gradient accumulation and ``torch.compile`` behave as with the stock module.
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from convwgrad.provider.dispatch import (  # noqa: F401  (disabled, set_enabled: re-exported)
-    cached_for_planning, disabled, is_enabled, planning_generation, set_enabled,
+    _state as _switch, cached_for_planning, disabled, is_enabled, planning_generation, set_enabled,
 )
 from convwgrad.provider.layout import layout_of
 from convwgrad.provider.plan import plan
@@ -25,6 +26,11 @@ from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
 from .torch_ops import eager_conv as _conv_op
+
+# the modules themselves (their names in convwgrad.provider are functions): a patched layer reads
+# their switched-manager and plan-cache-epoch globals on every call, as attributes
+_manager_module = importlib.import_module("convwgrad.provider.manager")
+_plan_module = importlib.import_module("convwgrad.provider.plan")
 
 _STOCK = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -167,16 +173,34 @@ def intercept_functional():
         yield
 
 
-#: where a patched module keeps (call signature, runs stock torch?, the op's resolved arguments)
-#: of its last call
+#: where a patched module keeps its route: [what its last call looked like (the input's shape,
+#: strides, dtype and device, whether the weight wants a gradient, the plugin manager and the
+#: plan-cache epoch), the global state the route was decided in, calls left before that state is
+#: read again, runs stock torch?, the op's resolved arguments]
 _ROUTE = "_convwgrad_route"
+#: A patched layer reads the global state its route depends on (autocast for its device, grad
+#: mode, the planning generation: TF32 switch, tuning file, registered plugins) on every this many
+#: calls, not on every call: inside a model those queries cost ~7 of the ~11 us a layer paid over
+#: the stock module (2-core CPU, UniRepLKNet-T channels_last, 87 of its 102 grouped layers
+#: planned for cuDNN: 11-14 us a layer with them every call, 4.3-4.9 us with them every 32nd
+#: call; notes/PERF.md session 4). A route outdated by such a change is still correct (every route
+#: computes the same gradient) and lasts at most this many calls of the layer; the input's
+#: metadata, the weight's requires_grad, a switched plugin manager, clear_plan_cache() and
+#: convwgrad.disabled() are checked on every call.
+GLOBAL_STATE_EVERY = 16
+
+
+def _global_state(input):
+    """The global state a layer's route depends on, for the device of ``input``."""
+    kind = input.device.type
+    return (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None,
+            torch.is_grad_enabled(), planning_generation())
 
 
 class _PatchedConv:
     """Mixin of the patched classes: the module's own padding mode, then :func:`grouped_conv`.
 
-    Each module keeps the route of its last call signature (input shape, strides, dtype,
-    device, autocast state, planning generation, whether dW is wanted), so a layer planned for
+    Each module keeps the route of its last call (see :data:`_ROUTE`), so a layer planned for
     torch, or called without a weight gradient (inference, a frozen weight), costs one
     tuple comparison over the stock module: in an eager step whose host is the bottleneck
     (EfficientNet-B0 at batch 128 on an H200: 43 ms a step for 26 ms of kernels) the ~20 us of
@@ -189,23 +213,32 @@ class _PatchedConv:
         return input, (weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def _conv_forward(self, input, weight, bias):
-        if torch.compiler.is_compiling() or not is_enabled():
+        if torch.compiler.is_compiling() or not _switch.enabled:
             padded, arguments = self._convwgrad_call(input, weight, bias)
             return grouped_conv(padded, *arguments)
-        device = input.device.type
-        signature = (input.shape, input.stride(), input.dtype, input.device, weight.dtype,
-                     torch.is_autocast_enabled(device), torch.get_autocast_dtype(device), planning_generation(),
-                     weight.requires_grad and torch.is_grad_enabled())
+        call = (input.shape, input.stride(), input.dtype, input.device, weight.requires_grad,
+                _manager_module._current, _plan_module._epoch)
         route = self.__dict__.get(_ROUTE)
-        if route is None or route[0] != signature:
-            route = self.__dict__[_ROUTE] = (signature, *self._route(input, weight, bias))
-        _, stock, resolved = route
-        if stock:
-            return super()._conv_forward(input, weight, bias)  # the stock module's own call
-        if resolved is not None:  # the op's arguments, resolved once for this signature
+        if route is None or route[0] != call:
+            route = self._new_route(call, input, weight, bias)
+        else:
+            route[2] -= 1
+            if route[2] < 0:
+                route[2] = GLOBAL_STATE_EVERY
+                if route[1] != _global_state(input):
+                    route = self._new_route(call, input, weight, bias)
+        if route[3]:
+            return self._stock_conv_forward(input, weight, bias)  # the stock module's own call
+        resolved = route[4]
+        if resolved is not None:  # the op's arguments, resolved once for this route
             return _conv_op(*_autocast(input, weight, bias), *resolved)
         padded, arguments = self._convwgrad_call(input, weight, bias)
         return grouped_conv(padded, *arguments)
+
+    def _new_route(self, call, input, weight, bias):
+        state = _global_state(input)  # read before routing: a change during it re-routes next time
+        route = self.__dict__[_ROUTE] = [call, state, GLOBAL_STATE_EVERY, *self._route(input, weight, bias)]
+        return route
 
     def _route(self, input, weight, bias):
         """(runs stock torch?, the op's (stride, padding, dilation, groups) where no padding copy
@@ -219,15 +252,15 @@ class _PatchedConv:
 
 
 class Conv1d(_PatchedConv, nn.Conv1d):
-    pass
+    _stock_conv_forward = nn.Conv1d._conv_forward
 
 
 class Conv2d(_PatchedConv, nn.Conv2d):
-    pass
+    _stock_conv_forward = nn.Conv2d._conv_forward
 
 
 class Conv3d(_PatchedConv, nn.Conv3d):
-    pass
+    _stock_conv_forward = nn.Conv3d._conv_forward
 
 
 _PATCHED = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.Conv3d: Conv3d}
