@@ -203,12 +203,25 @@ def cmd_sweep(args) -> int:
     if not problems:
         raise _UsageError(f"shapes file {args.shapes}: no shapes in it "
                           "(a header of shape keys, then one shape per row)")
+    ranks = _torchrun_ranks()
+    output = args.output
+    order = [label for label, _ in problems]  # a single run's row order, which a merge keeps
+    if ranks is not None:
+        if args.shard != (0, 1):
+            raise _UsageError(f"--shard {args.shard[0]}/{args.shard[1]} under torchrun: torchrun's ranks already "
+                              "split the shapes; give one or the other")
+        rank, world, local_rank = ranks
+        args.shard = (rank, world)
+        output = _rank_part(args.output, rank, world)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
     index, count = args.shard
     problems = problems[index::count]
     if args.resume:
-        done = measured_shapes(args.output)
+        done = measured_shapes(args.output) | (measured_shapes(output) if output != args.output else set())
         problems = [(label, p) for label, p in problems if label not in done]
-        print(f"resuming: {len(done)} shapes already in {args.output}, {len(problems)} to go", file=sys.stderr)
+        print(f"resuming: {len(done)} shapes already in {args.output}"
+              f"{f' and {output}' if output != args.output else ''}, {len(problems)} to go", file=sys.stderr)
     confirm = None
     if args.confirm_from:
         problems, confirm = _confirm_selection(args, problems)
@@ -223,12 +236,76 @@ def cmd_sweep(args) -> int:
                                reference_on_device=args.reference_on_device, timed=not args.verify_only,
                                specs=confirm[label] if confirm else None)
         # one shape at a time, appended, so a sweep cut off by a time limit keeps what it measured
-        write_results([result], args.output, append=args.resume or bool(results))
+        write_results([result], output, append=args.resume or bool(results))
         results.append(result)
     failed = sum(len(r.failed()) for r in results)
     print(f"{len(problems)} shapes, {sum(len(r.results) for r in results)} configs, {failed} failed verification "
-          f"-> {args.output}")
+          f"-> {output}")
+    if ranks is not None:
+        _merge_rank_parts(args.output, ranks, order, resumed=args.resume)
     return 1 if failed else 0
+
+
+def _torchrun_ranks():
+    """(rank, world size, local rank) when torchrun started this process with more than one
+    rank (its RANK, WORLD_SIZE and LOCAL_RANK variables), else None."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or "RANK" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _rank_part(output: str, rank: int, world: int) -> str:
+    """The file one torchrun rank writes its shapes to; rank 0 merges them into ``output``."""
+    return f"{output}.rank{rank}-of-{world}"
+
+
+#: How long rank 0 waits at the merge for the slowest rank (a sweep shard may run for hours:
+#: the barrier only starts once this rank's own shapes are done).
+MERGE_TIMEOUT_S = 24 * 3600
+
+
+def _merge_rank_parts(output: str, ranks, order: list[str], *, resumed: bool) -> None:
+    """Wait for every rank (a gloo barrier over torchrun's rendezvous variables), then on rank 0
+    write ``output``: the rows it already held when resuming, then every rank's rows shape by
+    shape in the shapes file's order, as one process would have written them; the parts are
+    removed once merged."""
+    import csv
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from .scoring import COLUMNS
+
+    rank, world, _ = ranks
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=MERGE_TIMEOUT_S))
+    try:
+        dist.barrier()
+        if rank != 0:
+            return
+        kept = []
+        if resumed and os.path.exists(output):
+            with open(output, newline="") as f:
+                kept = list(csv.DictReader(f))
+        by_shape: dict[str, list[dict]] = {}
+        parts = [_rank_part(output, r, world) for r in range(world)]
+        for part in parts:
+            if os.path.exists(part):
+                with open(part, newline="") as f:
+                    for row in csv.DictReader(f):
+                        by_shape.setdefault(row["shape"], []).append(row)
+        rows = kept + [row for label in order for row in by_shape.pop(label, [])]
+        rows += [row for left in by_shape.values() for row in left]  # shapes the file no longer lists
+        with open(output, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        for part in parts:
+            if os.path.exists(part):
+                os.remove(part)
+        print(f"merged {world} ranks: {len({r['shape'] for r in rows})} shapes, {len(rows)} rows -> {output}")
+    finally:
+        dist.destroy_process_group()
 
 
 def _confirm_selection(args, problems):
@@ -350,7 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_args(bench)
     bench.set_defaults(func=cmd_bench)
 
-    sweep = sub.add_parser("sweep", help="verify and time every admissible config of every shape in a CSV")
+    sweep = sub.add_parser("sweep", help="verify and time every admissible config of every shape in a CSV",
+                           description="Verify and time every admissible config of every shape in a CSV. Under "
+                                       "torchrun (--nproc_per_node N) each rank sweeps every N-th shape on its own "
+                                       "GPU (LOCAL_RANK) and rank 0 merges the ranks' rows into --output, in the "
+                                       "shapes file's order.")
     sweep.add_argument("shapes", help="CSV of shapes (see --help of bench for the keys)")
     sweep.add_argument("-o", "--output", required=True, help="results CSV (rewritten after every shape)")
     sweep.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32"))
