@@ -16,6 +16,7 @@
 #   layertrace  a patched layer's host time by piece, a candidate structure, and the op-by-op timeline (tools/layer_trace.py)
 #   sameaten the all-cuDNN timm models and UniRepLKNet-T, one model for all arms (--same-model) plus an A/A arm
 #   modulehost  each grouped layer's forward host time inside UniRepLKNet-T b32 and the patched backward's profile there
+#   ddp2     (nvidia-h200-x2) the NCCL DDP test on two GPUs and `convwgrad sweep` under torchrun against one GPU
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh layerhost gluon tests ...
 # (next session's first call: layerhost gluon tests)
@@ -84,6 +85,20 @@ for part in "$@"; do
     modulehost)
       timeout 150 python3 tools/module_host.py --model unireplknet_t:32 --layout channels_last 2>&1 | grep -v Warn \
         | tee "$OUT/module_host.txt" ;;
+    ddp2)
+      OMP_NUM_THREADS=4 timeout 560 python3 -m pytest tests/frameworks/test_ddp_nccl_gpu.py -m gpu -q -s -p no:cacheprovider \
+        2>&1 | tee "$OUT/pytest_ddp_nccl.txt" | grep -E "DDP x|FAILED|ERROR|passed|failed|skipped" | tail -10
+      head -9 shapes/depthwise_corpus.csv > "$OUT/ddp_shapes.csv"
+      timeout 200 python3 -m convwgrad sweep "$OUT/ddp_shapes.csv" -o "$OUT/sweep_single.csv" --first-tile-only --splits 1,4 \
+        --no-progress > "$OUT/sweep_single.txt" 2>&1
+      timeout 200 python3 -m torch.distributed.run --standalone --nproc_per_node 2 -m convwgrad sweep "$OUT/ddp_shapes.csv" \
+        -o "$OUT/sweep_torchrun.csv" --first-tile-only --splits 1,4 --no-progress > "$OUT/sweep_torchrun.txt" 2>&1
+      python3 - "$OUT/sweep_single.csv" "$OUT/sweep_torchrun.csv" <<'PY' | tee "$OUT/sweep_compare.txt"
+import csv, sys
+rows = [[(r["shape"], r["kernel_name"], r["passed"]) for r in csv.DictReader(open(p))] for p in sys.argv[1:]]
+print(f"sweep rows: one GPU {len(rows[0])}, torchrun x2 {len(rows[1])}, same shapes/configs/verdicts in order: {rows[0] == rows[1]}")
+PY
+      ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;
