@@ -213,6 +213,8 @@ def cmd_sweep(args) -> int:
         rank, world, local_rank = ranks
         args.shard = (rank, world)
         output = _rank_part(args.output, rank, world)
+        if not args.resume and os.path.exists(output):
+            os.remove(output)  # an interrupted run's part: merged, it would bring back shapes not asked for
         if torch.cuda.is_available():
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
     index, count = args.shard
@@ -241,16 +243,17 @@ def cmd_sweep(args) -> int:
     failed = sum(len(r.failed()) for r in results)
     print(f"{len(problems)} shapes, {sum(len(r.results) for r in results)} configs, {failed} failed verification "
           f"-> {output}")
-    if ranks is not None:
-        _merge_rank_parts(args.output, ranks, order, resumed=args.resume)
+    if ranks is not None:  # every rank returns the whole run's verdict, after rank 0 has merged
+        failed = _merge_rank_parts(args.output, ranks, order, failed, resumed=args.resume)
     return 1 if failed else 0
 
 
 def _torchrun_ranks():
-    """(rank, world size, local rank) when torchrun started this process with more than one
-    rank (its RANK, WORLD_SIZE and LOCAL_RANK variables), else None."""
+    """(rank, world size, local rank) when torchrun started this process as one of several ranks
+    (its TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE and LOCAL_RANK variables), else None. RANK and
+    WORLD_SIZE alone, inherited from a distributed job that runs the command, do not count."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1 or "RANK" not in os.environ:
+    if world <= 1 or "RANK" not in os.environ or "TORCHELASTIC_RUN_ID" not in os.environ:
         return None
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
 
@@ -260,19 +263,22 @@ def _rank_part(output: str, rank: int, world: int) -> str:
     return f"{output}.rank{rank}-of-{world}"
 
 
-#: How long rank 0 waits at the merge for the slowest rank (a sweep shard may run for hours:
-#: the barrier only starts once this rank's own shapes are done).
+#: How long a rank waits at the merge for the slowest one: a shard may run for hours, and the
+#: wait starts once this rank's own shapes are done. A rank that crashes ends the others sooner:
+#: torchrun's agent stops them.
 MERGE_TIMEOUT_S = 24 * 3600
 
 
-def _merge_rank_parts(output: str, ranks, order: list[str], *, resumed: bool) -> None:
-    """Wait for every rank (a gloo barrier over torchrun's rendezvous variables), then on rank 0
-    write ``output``: the rows it already held when resuming, then every rank's rows shape by
-    shape in the shapes file's order, as one process would have written them; the parts are
-    removed once merged."""
+def _merge_rank_parts(output: str, ranks, order: list[str], failed: int, *, resumed: bool) -> int:
+    """Wait for every rank (gloo, over torchrun's rendezvous variables); rank 0 then writes
+    ``output``: the rows it already held when resuming, then every rank's rows shape by shape in
+    the shapes file's order, as one process would have written them, through a temporary file
+    renamed over ``output`` (an interrupted merge leaves the old file and the parts); the parts
+    are removed once merged. Every rank waits for the merge and returns the failures of all."""
     import csv
     from datetime import timedelta
 
+    import torch
     import torch.distributed as dist
 
     from .scoring import COLUMNS
@@ -280,30 +286,35 @@ def _merge_rank_parts(output: str, ranks, order: list[str], *, resumed: bool) ->
     rank, world, _ = ranks
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=MERGE_TIMEOUT_S))
     try:
-        dist.barrier()
-        if rank != 0:
-            return
-        kept = []
-        if resumed and os.path.exists(output):
-            with open(output, newline="") as f:
-                kept = list(csv.DictReader(f))
-        by_shape: dict[str, list[dict]] = {}
-        parts = [_rank_part(output, r, world) for r in range(world)]
-        for part in parts:
-            if os.path.exists(part):
-                with open(part, newline="") as f:
-                    for row in csv.DictReader(f):
-                        by_shape.setdefault(row["shape"], []).append(row)
-        rows = kept + [row for label in order for row in by_shape.pop(label, [])]
-        rows += [row for left in by_shape.values() for row in left]  # shapes the file no longer lists
-        with open(output, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        for part in parts:
-            if os.path.exists(part):
-                os.remove(part)
-        print(f"merged {world} ranks: {len({r['shape'] for r in rows})} shapes, {len(rows)} rows -> {output}")
+        total = torch.tensor([failed])
+        dist.all_reduce(total)  # also the barrier: every rank has written its part
+        if rank == 0:
+            kept = []
+            if resumed and os.path.exists(output):
+                with open(output, newline="") as f:
+                    kept = list(csv.DictReader(f))
+            by_shape: dict[str, list[dict]] = {}
+            parts = [_rank_part(output, r, world) for r in range(world)]
+            for part in parts:
+                if os.path.exists(part):
+                    with open(part, newline="") as f:
+                        for row in csv.DictReader(f):
+                            by_shape.setdefault(row["shape"], []).append(row)
+            rows = kept + [row for label in order for row in by_shape.pop(label, [])]
+            rows += [row for left in by_shape.values() for row in left]  # shapes the file no longer lists
+            merging = f"{output}.merging"
+            with open(merging, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=COLUMNS)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(merging, output)
+            for part in parts:
+                if os.path.exists(part):
+                    os.remove(part)
+            print(f"merged {world} ranks: {len({r['shape'] for r in rows})} shapes, {len(rows)} rows, "
+                  f"{int(total.item())} failed verification -> {output}")
+        dist.barrier()  # no rank exits (and has torchrun stop the others) before the merge is written
+        return int(total.item())
     finally:
         dist.destroy_process_group()
 

@@ -74,9 +74,39 @@ def test_resuming_under_torchrun_keeps_what_the_output_holds_and_adds_the_rest_i
     assert "resuming: 1 shapes already in resumed.csv" in done.stderr
 
 
+def test_a_rank_without_shapes_does_not_merge_an_old_runs_part(shapes):
+    (shapes / "one.csv").write_text(SHAPES.split("b,")[0])  # shape a only: rank 1 gets nothing to do
+    sweep(shapes, "single.csv")
+    with open(shapes / "single.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        stale = [dict(r, shape="zzz") for r in reader if r["shape"] == "c"]
+        fields = reader.fieldnames
+    with open(shapes / "merged.csv.rank1-of-2", "w", newline="") as f:  # left by an interrupted run
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(stale)
+    (shapes / "shapes.csv").write_text((shapes / "one.csv").read_text())
+    sweep(shapes, "merged.csv", ranks=2)
+    assert {r[0] for r in rows(shapes / "merged.csv")} == {"a"}
+    assert not list(shapes.glob("merged.csv.rank*"))
+
+
 def test_shard_and_torchrun_together_are_refused(shapes, monkeypatch, capsys):
     monkeypatch.chdir(shapes)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["sweep", "shapes.csv", "-o", "r.csv", "--shard", "0/2", *FLAGS]) != 0
     assert "--shard 0/2 under torchrun: torchrun's ranks already split the shapes" in capsys.readouterr().err
+
+
+def test_rank_variables_inherited_without_torchrun_do_not_shard(shapes, monkeypatch):
+    """A sweep started from inside a distributed job (RANK and WORLD_SIZE set, not by torchrun for
+    this command) runs every shape itself and waits for no other rank."""
+    monkeypatch.chdir(shapes)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["sweep", "shapes.csv", "-o", "r.csv", *FLAGS]) == 0
+    assert {r[0] for r in rows(shapes / "r.csv")} == {"a", "b", "c"}
+    assert not list(shapes.glob("r.csv.rank*"))

@@ -28,7 +28,7 @@ from convwgrad.provider.target import current_target
 from .torch_ops import eager_conv as _conv_op
 
 # the modules themselves (their names in convwgrad.provider are functions): a patched layer reads
-# their switched-manager and plan-cache-epoch globals on every call, as attributes
+# their manager-switch and plan-cache-epoch counters on every call, as attributes
 _manager_module = importlib.import_module("convwgrad.provider.manager")
 _plan_module = importlib.import_module("convwgrad.provider.plan")
 
@@ -176,27 +176,29 @@ def intercept_functional():
 
 
 #: where a patched module keeps its route: [what its last call looked like (the input's shape,
-#: strides, dtype and device, whether the weight wants a gradient, the plugin manager and the
-#: plan-cache epoch), the global state the route was decided in, calls left before that state is
-#: read again, runs stock torch?, the op's resolved arguments]
+#: strides, dtype and device, whether dW is wanted, the plugin-manager switches and the plan-cache
+#: epoch: plain values, so the module still copies and pickles), the global state the route was
+#: decided in, calls left before that state is read again, runs stock torch?, the op's resolved
+#: arguments]
 _ROUTE = "_convwgrad_route"
-#: A patched layer reads the global state its route depends on (autocast for its device, grad
-#: mode, the planning generation: TF32 switch, tuning file, registered plugins) on every this many
-#: calls, not on every call: inside a model those queries cost ~7 of the ~11 us a layer paid over
-#: the stock module (2-core CPU, UniRepLKNet-T channels_last, 87 of its 102 grouped layers
-#: planned for cuDNN: 11-14 us a layer with them every call, 4.3-4.9 us with them every 32nd
-#: call; notes/PERF.md session 4). A route outdated by such a change is still correct (every route
+#: A patched layer reads the global state its route depends on (autocast for its device, the
+#: planning generation: TF32 switch, tuning file, registered plugins) on every this many calls,
+#: not on every call: inside a model those queries cost most of what a layer paid over the stock
+#: module (2-core CPU, UniRepLKNet-T channels_last, 87 of its 102 grouped layers planned for cuDNN:
+#: 11.8-13.2 us a layer with everything read on every call, 4.3-5.0 us with this split; the
+#: override alone ~0.3 us; notes/PERF.md session 4). A route outdated by such a change is still correct (every route
 #: computes the same gradient) and lasts at most this many calls of the layer; the input's
-#: metadata, the weight's requires_grad, a switched plugin manager, clear_plan_cache() and
+#: metadata, whether dW is wanted (the weight's requires_grad and grad mode, which alternate on
+#: one layer under activation checkpointing), a switched plugin manager, clear_plan_cache() and
 #: convwgrad.disabled() are checked on every call.
 GLOBAL_STATE_EVERY = 16
 
 
 def _global_state(input):
-    """The global state a layer's route depends on, for the device of ``input``."""
+    """The global state a layer's route depends on, for the device of ``input``, besides what
+    each call checks."""
     kind = input.device.type
-    return (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None,
-            torch.is_grad_enabled(), planning_generation())
+    return (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None, planning_generation())
 
 
 class _PatchedConv:
@@ -218,8 +220,8 @@ class _PatchedConv:
         if torch.compiler.is_compiling() or not _switch.enabled:
             padded, arguments = self._convwgrad_call(input, weight, bias)
             return grouped_conv(padded, *arguments)
-        call = (input.shape, input.stride(), input.dtype, input.device, weight.requires_grad,
-                _manager_module._current, _plan_module._epoch)
+        call = (input.shape, input.stride(), input.dtype, input.device,
+                weight.requires_grad and torch.is_grad_enabled(), _manager_module.switches, _plan_module._epoch)
         route = self.__dict__.get(_ROUTE)
         if route is None or route[0] != call:
             route = self._new_route(call, input, weight, bias)

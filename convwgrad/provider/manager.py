@@ -109,6 +109,10 @@ def _block_families(pm: pluggy.PluginManager, names: list[str], default_plugins,
 
 _lock = threading.Lock()
 _current: pluggy.PluginManager | None = None
+#: How many times :func:`use_plugin_manager` switched the process-wide manager (in or out): an int
+#: a caller keeping routing facts compares on every call (the manager itself would pin it there,
+#: and a model holding it could no longer be copied or pickled).
+switches = 0
 #: per manager: (the ids of its plugins when the registry was built, the registry)
 _families: "weakref.WeakKeyDictionary[pluggy.PluginManager, tuple]" = weakref.WeakKeyDictionary()
 
@@ -138,11 +142,13 @@ def families(pm: pluggy.PluginManager | None = None) -> FamilyRegistry:
 @contextlib.contextmanager
 def use_plugin_manager(pm: pluggy.PluginManager):
     """Make ``pm`` the process-wide manager inside the block (tests, experiments)."""
-    global _current
+    global _current, switches
     with _lock:
         previous, _current = _current, pm
+        switches += 1
     try:
         yield pm
     finally:
         with _lock:
             _current = previous
+            switches += 1
