@@ -17,9 +17,11 @@
 #   sameaten the all-cuDNN timm models and UniRepLKNet-T, one model for all arms (--same-model) plus an A/A arm
 #   modulehost  each grouped layer's forward host time inside UniRepLKNet-T b32 and the patched backward's profile there
 #   ddp2     (nvidia-h200-x2) the NCCL DDP test on two GPUs and `convwgrad sweep` under torchrun against one GPU
+#   cudagraphs  UniRepLKNet-T b32 channels_last compiled with mode="reduce-overhead", stock vs patched (alone: compiling takes minutes)
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
-# Usage (GPU machine, repo root): bash tools/gpu_session.sh layerhost gluon tests ...
-# (next session's first call: layerhost gluon tests)
+# Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
+# (next session: `sameaten modulehost tests` first (the new route check, measured), then `cudagraphs` alone;
+#  on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
@@ -99,6 +101,9 @@ rows = [[(r["shape"], r["kernel_name"], r["passed"]) for r in csv.DictReader(ope
 print(f"sweep rows: one GPU {len(rows[0])}, torchrun x2 {len(rows[1])}, same shapes/configs/verdicts in order: {rows[0] == rows[1]}")
 PY
       ;;
+    cudagraphs)
+      timeout 560 python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --compile reduce-overhead \
+        --rounds 2 --steps 6 --json "$OUT/steps_cudagraphs.json" 2>&1 | grep -v Warn | tee "$OUT/steps_cudagraphs.txt" ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;
