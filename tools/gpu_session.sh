@@ -18,6 +18,7 @@
 #   modulehost  each grouped layer's forward host time inside UniRepLKNet-T b32 and the patched backward's profile there
 #   ddp2     (nvidia-h200-x2) the NCCL DDP test on two GPUs and `convwgrad sweep` under torchrun against one GPU
 #   cudagraphs  UniRepLKNet-T b32 channels_last compiled with mode="reduce-overhead", stock vs patched (alone: compiling takes minutes)
+#   occupancy  the direct family's planned tile beside low-register tiles (variants_direct.py:occupancy_variants)
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
 # (next session: `sameaten modulehost tests` first (the new route check, measured), then `cudagraphs` alone;
@@ -104,6 +105,11 @@ PY
     cudagraphs)
       timeout 560 python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --compile reduce-overhead \
         --rounds 2 --steps 6 --json "$OUT/steps_cudagraphs.json" 2>&1 | grep -v Warn | tee "$OUT/steps_cudagraphs.txt" ;;
+    occupancy)
+      timeout 150 python3 tools/family_bench.py --variants tools/variants_direct.py:occupancy_variants --layouts channels_last \
+        --budget-s 125 --json "$OUT/direct_occupancy.json" \
+        --shape N=64,C=96,H=56,W=56,k=7,g=96 --shape N=32,C=144,H=56,W=56,k=3,g=144 --shape N=64,C=768,H=7,W=7,k=7,g=768 \
+        2>&1 | grep -v Warn | tee "$OUT/direct_occupancy.txt" ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;

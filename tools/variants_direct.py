@@ -83,3 +83,24 @@ def variants(problem) -> list[tuple[str, dict]]:
     labels = dict.fromkeys(label for label, _ in out)
     unique = [next(v for v in out if v[0] == label) for label in labels]
     return unique[:MAX_VARIANTS]
+
+
+#: Tile-kernel tiles at <= ~64 registers a thread on sm_90 (offline, Triton 3.9: m16n64k1w4 55-56,
+#: m16n16k4w4 56; the planned tiles take 104-121 and ncu showed them latency-bound at 25%
+#: occupancy, session 4), and one 80-register tile at 8 warps: does occupancy pay for the fewer
+#: FMAs a load?
+OCCUPANCY_TILES = ((16, 64, 1, 4), (16, 16, 4, 4), (16, 64, 2, 4), (32, 64, 2, 8))
+
+
+def occupancy_variants(problem) -> list[tuple[str, dict]]:
+    """The planned tile beside the low-register ones above (each at the split the planner picks).
+
+        python tools/family_bench.py --variants tools/variants_direct.py:occupancy_variants ...
+    """
+    out = [_pin(problem, tile_for(problem, TARGET))]
+    for m, n, k, w in OCCUPANCY_TILES:
+        out.append(_pin(problem, Tile(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=1)))
+    unique = {}
+    for label, pins in (v for v in out if v is not None):
+        unique.setdefault(label, pins)
+    return list(unique.items())[:MAX_VARIANTS]
