@@ -186,9 +186,9 @@ _ROUTE = "_convwgrad_route"
 #: not on every call: inside a model those queries cost most of what a layer paid over the stock
 #: module (2-core CPU, UniRepLKNet-T channels_last, 87 of its 102 grouped layers planned for cuDNN:
 #: 11.8-13.2 us a layer with everything read on every call, 4.3-5.0 us with this split; the
-#: override alone ~0.3 us; notes/PERF.md session 4). A route outdated by such a change is still correct (every route
-#: computes the same gradient) and lasts at most this many calls of the layer; the input's
-#: metadata, whether dW is wanted (the weight's requires_grad and grad mode, which alternate on
+#: override alone ~0.3 us; notes/PERF.md session 4). A route outdated by such a change is still
+#: correct (every route computes the same gradient) and lasts at most this many calls of the
+#: layer; the input's metadata, whether dW is wanted (the weight's requires_grad and grad mode, which alternate on
 #: one layer under activation checkpointing), a switched plugin manager, clear_plan_cache() and
 #: convwgrad.disabled() are checked on every call.
 GLOBAL_STATE_EVERY = 16

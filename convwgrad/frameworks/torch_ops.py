@@ -126,6 +126,6 @@ def eager_conv(input, weight, bias, stride, padding, dilation, groups):
     """What ``conv`` computes, through :class:`EagerConv`; the op itself while compiling."""
     if torch.compiler.is_compiling():
         return conv(input, weight, bias, stride, padding, dilation, groups)
-    if torch._C._are_functorch_transforms_active():  # Function.apply's own path (which refuses EagerConv: no setup_context)
+    if torch._C._are_functorch_transforms_active():  # vmap, grad, ...: Function.apply's own path
         return EagerConv.apply(input, weight, bias, stride, padding, dilation, groups)
     return _apply_eager_conv(input, weight, bias, stride, padding, dilation, groups)
