@@ -19,6 +19,8 @@
 #   ddp2     (nvidia-h200-x2) the NCCL DDP test on two GPUs and `convwgrad sweep` under torchrun against one GPU
 #   cudagraphs  UniRepLKNet-T b32 channels_last compiled with mode="reduce-overhead", stock vs patched (alone: compiling takes minutes)
 #   occupancy  the direct family's planned tile beside low-register tiles (variants_direct.py:occupancy_variants)
+#   dilated  UniRepLKNet-T's dilated branches: the shifted family beside merged and cuDNN (b32, b128), then the
+#            model with tools/route_dilated.py routing them to shifted, against the built-in router, b32 and b128
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
 # (next session: `sameaten modulehost tests` first (the new route check, measured), then `cudagraphs` alone;
@@ -110,6 +112,17 @@ PY
         --budget-s 125 --json "$OUT/direct_occupancy.json" \
         --shape N=64,C=96,H=56,W=56,k=7,g=96 --shape N=32,C=144,H=56,W=56,k=3,g=144 --shape N=64,C=768,H=7,W=7,k=7,g=768 \
         2>&1 | grep -v Warn | tee "$OUT/direct_occupancy.txt" ;;
+    dilated)
+      timeout 150 python3 tools/family_bench.py --variants tools/variants_shifted.py:variants --layouts channels_last \
+        --budget-s 125 --json "$OUT/dilated.json" \
+        --shape N=32,C=160,H=28,W=28,k=7,d=2,g=160 --shape N=32,C=160,H=28,W=28,k=3,d=3,g=160 \
+        --shape N=32,C=320,H=14,W=14,k=7,d=2,g=320 --shape N=32,C=320,H=14,W=14,k=3,d=5,g=320 \
+        --shape N=128,C=160,H=28,W=28,k=7,d=2,g=160 --shape N=128,C=320,H=14,W=14,k=3,d=4,g=320 \
+        2>&1 | grep -v Warn | tee "$OUT/dilated.txt"
+      for plugin in "" "--plugin tools/route_dilated.py:plugin"; do
+        timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 2 $plugin \
+          --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/dilated_steps.txt"
+      done ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;

@@ -352,6 +352,27 @@ def print_profile(profile, top=8):
                   f"x{p[1]:<4} {k[:80]}")
 
 
+def register_plugin(entry: str) -> None:
+    """Register ``FILE.py:NAME`` (or ``module:NAME``) with convwgrad's plugin manager; plans made
+    before it are dropped."""
+    import importlib
+    import importlib.util
+
+    from convwgrad.provider import get_plugin_manager
+    from convwgrad.provider.plan import clear_plan_cache
+
+    path, _, name = entry.rpartition(":")
+    if path.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(path)
+    get_plugin_manager().register(getattr(module, name), name=entry)
+    clear_plan_cache()
+    print(f"plugin registered: {entry}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=DEFAULT_MODELS, help="name:batch,... (timm names, stacks, networks)")
@@ -368,11 +389,16 @@ def main(argv=None):
                         help="A/A: time a second stock copy in place of the patched model")
     parser.add_argument("--with-control", action="store_true",
                         help="a second stock copy as a third arm: each row shows its own A/A ratio")
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py:NAME",
+                        help="register this object as a convwgrad plugin first (an experiment's selector, "
+                             "e.g. tools/route_dilated.py:plugin); repeatable")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="gc.freeze() before timing (is Python's cyclic collector part of a difference?)")
     parser.add_argument("--same-model", action="store_true",
                         help="one model for every arm, patched or not by class swap before each step")
     args = parser.parse_args(argv)
+    for entry in args.plugin:
+        register_plugin(entry)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
           f"{'compiled' if args.compile else 'eager'}; median step ms over {args.rounds} x {args.steps} steps "
           f"each, stock and patched alternated")
