@@ -26,21 +26,61 @@ LAYERS = {
 }
 
 
+def depthwise_layer(n, c, h, k, dilation=1):
+    """(stock, patched, x, grad_output, the family convwgrad ran) for one depthwise layer: stride 1,
+    'same' padding, channels_last, an fp32 input and bf16 grad_output as autocast hands them over."""
+    stock = torch.nn.Conv2d(c, c, k, padding=dilation * (k // 2), dilation=dilation, groups=c).cuda()
+    stock = stock.to(memory_format=torch.channels_last)
+    patched = convwgrad.patch(copy.deepcopy(stock))
+    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+    g = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    with convwgrad.record_launches() as log:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            patched(x).backward(g)
+    return stock, patched, x, g, log[-1].family if log else "aten"
+
+
+def profile_patched_backward(run, repeats):
+    """cProfile of every patched layer's backward (``EagerConv.backward``, in the thread autograd
+    runs it in) over ``repeats`` calls of ``run``: (pstats' stats, backward calls)."""
+    profile, original, calls = cProfile.Profile(), torch_ops.EagerConv.backward, [0]
+
+    def profiled(ctx, grad_output):
+        calls[0] += 1
+        profile.enable()
+        try:
+            return original(ctx, grad_output)
+        finally:
+            profile.disable()
+
+    torch_ops.EagerConv.backward = staticmethod(profiled)
+    try:
+        for _ in range(repeats):
+            run()
+        torch.cuda.synchronize()
+    finally:
+        torch_ops.EagerConv.backward = staticmethod(original)
+    return pstats.Stats(profile).stats, calls[0]
+
+
+def print_profile(stats, calls, title, top=14):
+    """Own time a call in total, then the ``top`` functions by own time, per backward call."""
+    if not calls:
+        return
+    print(f"  {title} ({calls} calls): {sum(v[2] for v in stats.values()) / calls * 1e6:.1f} us own time a call; top:")
+    for (path, line, func), (_, ncalls, own, cum, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]:
+        print(f"    {own / calls * 1e6:7.1f} us own {cum / calls * 1e6:7.1f} cum  x{ncalls / calls:4.1f}  "
+              f"{os.path.basename(path)}:{line}({func})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default=",".join(LAYERS))
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
     for name in args.layers.split(","):
-        n, c, h, k = LAYERS[name]
-        stock = torch.nn.Conv2d(c, c, k, padding=k // 2, groups=c).cuda().to(memory_format=torch.channels_last)
-        patched = convwgrad.patch(copy.deepcopy(stock))
-        x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
-        g = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-        with convwgrad.record_launches() as log:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                patched(x).backward(g)
-        print(f"{name}: dW family {log[-1].family if log else 'aten'}; host us (thread cpu us), median of {args.calls}")
+        stock, patched, x, g, family = depthwise_layer(*LAYERS[name])
+        print(f"{name}: dW family {family}; host us (thread cpu us), median of {args.calls}")
         for label, module in (("stock", stock), ("patched", patched)):
             def forward():
                 with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -54,31 +94,12 @@ def main():
             print(f"  {label:<8} forward {fwd[0]:7.1f} ({fwd[1]:6.1f})   forward+backward {both[0]:7.1f} ({both[1]:6.1f})"
                   f"   backward ~{both[0] - fwd[0]:7.1f}")
         # the patched backward's own profile, taken in the engine thread that runs it
-        profile = cProfile.Profile()
-        original = torch_ops.EagerConv.backward
+        def patched_step():
+            torch.cuda.synchronize()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                patched(x).backward(g)
 
-        def profiled(ctx, grad_output):
-            profile.enable()
-            try:
-                return original(ctx, grad_output)
-            finally:
-                profile.disable()
-
-        torch_ops.EagerConv.backward = staticmethod(profiled)
-        try:
-            for _ in range(100):
-                torch.cuda.synchronize()
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    patched(x).backward(g)
-        finally:
-            torch_ops.EagerConv.backward = staticmethod(original)
-        torch.cuda.synchronize()
-        stats = pstats.Stats(profile).stats
-        total = sum(v[2] for v in stats.values()) / 100 * 1e6
-        print(f"  patched backward, cProfile in the engine thread: {total:.1f} us own time a call; top:")
-        for (path, line, func), (_, calls, own, cum, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:14]:
-            print(f"    {own / 100 * 1e6:7.1f} us own {cum / 100 * 1e6:7.1f} cum  x{calls / 100:4.1f}  "
-                  f"{os.path.basename(path)}:{line}({func})")
+        print_profile(*profile_patched_backward(patched_step, 100), "patched backward, cProfile in the engine thread")
 
 
 if __name__ == "__main__":

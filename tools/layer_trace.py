@@ -20,10 +20,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import convwgrad  # noqa: E402
 from convwgrad.frameworks import torch_ops  # noqa: E402
 from convwgrad.frameworks.patching import _autocast  # noqa: E402
 from host_overhead import idle_per_call  # noqa: E402
+from layer_host import depthwise_layer  # noqa: E402
 
 #: name: (N, C, H, k, dilation); depthwise, stride 1, 'same' padding, channels_last, bf16 autocast
 LAYERS = {
@@ -125,10 +125,7 @@ def forward_profile(name, calls):
     from torch.profiler import ProfilerActivity, profile
 
     n, c, h, k, d = LAYERS[name]
-    stock = torch.nn.Conv2d(c, c, k, padding=d * (k // 2), dilation=d, groups=c).cuda()
-    stock = stock.to(memory_format=torch.channels_last)
-    patched = convwgrad.patch(copy.deepcopy(stock))
-    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+    stock, patched, x, _, _ = depthwise_layer(n, c, h, k, d)
     xb, wb, bb = (t.detach().to(torch.bfloat16) for t in (x, stock.weight, stock.bias))
     wb.requires_grad_()
     resolved = (list(stock.stride), list(stock.padding), list(stock.dilation), c)
@@ -189,16 +186,9 @@ def main():
         return
     for name in args.layers.split(","):
         n, c, h, k, d = LAYERS[name]
-        stock = torch.nn.Conv2d(c, c, k, padding=d * (k // 2), dilation=d, groups=c).cuda()
-        stock = stock.to(memory_format=torch.channels_last)
-        patched = convwgrad.patch(copy.deepcopy(stock))
+        stock, patched, x, g, family = depthwise_layer(n, c, h, k, d)
         candidate = copy.deepcopy(stock)
-        x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
-        g = torch.randn(n, c, h, h, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-        with convwgrad.record_launches() as log:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                patched(x).backward(g)
-        print(f"{name}: dW family {log[-1].family if log else 'aten'}; host us (thread cpu us), median of {args.calls}")
+        print(f"{name}: dW family {family}; host us (thread cpu us), median of {args.calls}")
 
         # the pieces, bf16 channels_last as autocast hands them over
         xb = x.detach().to(torch.bfloat16)

@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 
 import convwgrad  # noqa: E402
+from layer_host import print_profile, profile_patched_backward  # noqa: E402
 from step_bench import _Toggled, make_model, step  # noqa: E402
 
 
@@ -107,36 +108,8 @@ def main():
     for r in sorted(rows, key=lambda r: -r[0])[:8]:
         print(f"  {r[0]:+7.1f} us  stock {r[3]:6.1f} patched {r[4]:6.1f}  {r[2]:<14} {r[1]}  input {r[5]}")
     # the patched layers' backward, profiled where it runs (autograd's device thread)
-    import cProfile
-    import pstats
-
-    from convwgrad.frameworks import torch_ops
-
-    profile, original, calls = cProfile.Profile(), torch_ops.EagerConv.backward, [0]
-
-    def profiled(ctx, grad_output):
-        calls[0] += 1
-        profile.enable()
-        try:
-            return original(ctx, grad_output)
-        finally:
-            profile.disable()
-
-    torch_ops.EagerConv.backward = staticmethod(profiled)
-    try:
-        for _ in range(4):
-            step(arms["patched"], optimizer, x, target)
-        torch.cuda.synchronize()
-    finally:
-        torch_ops.EagerConv.backward = staticmethod(original)
-    if calls[0]:
-        stats = pstats.Stats(profile).stats
-        n = calls[0]
-        print(f"  patched backward in the model, cProfile ({n} calls): "
-              f"{sum(v[2] for v in stats.values()) / n * 1e6:.1f} us own time a call; top:")
-        for (path, line, func), (_, ncalls, own, cum, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:16]:
-            print(f"    {own / n * 1e6:7.1f} own {cum / n * 1e6:7.1f} cum x{ncalls / n:4.1f} "
-                  f"{os.path.basename(path)}:{line}({func})")
+    print_profile(*profile_patched_backward(lambda: step(arms["patched"], optimizer, x, target), 4),
+                  "patched backward in the model, cProfile", top=16)
     # Python on the main thread and in the engine's device thread
     main_samples = []
     for _ in range(300):

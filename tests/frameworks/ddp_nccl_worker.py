@@ -60,13 +60,12 @@ def in_channels(model) -> int:
 
 
 def relative_errors(got: dict, want: dict) -> tuple[float, str]:
-    worst, where = 0.0, ""
-    for name, ref in want.items():
-        ref64, got64 = ref.double(), got[name].double()
-        err = float((got64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
-        if not err <= worst:  # NaN counts as the worst
-            worst, where = err, name
-    return worst, where
+    """The largest relative Frobenius error over the parameters (inf for a non-finite one), and where."""
+    from convwgrad.provider.reference import relative_error
+
+    errors = {name: relative_error(got[name], ref) for name, ref in want.items()}
+    where = max(errors, key=errors.get)
+    return errors[where], where
 
 
 def grads(model) -> dict:
