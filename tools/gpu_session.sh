@@ -21,6 +21,7 @@
 #   occupancy  the direct family's planned tile beside low-register tiles (variants_direct.py:occupancy_variants)
 #   dilated  UniRepLKNet-T's dilated branches: the shifted family beside merged and cuDNN (b32, b128), then the
 #            model with tools/route_dilated.py routing them to shifted, against the built-in router, b32 and b128
+#   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
 # (next session: `sameaten modulehost tests` first (the new route check, measured), then `cudagraphs` alone;
@@ -123,6 +124,10 @@ PY
         timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 2 $plugin \
           --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/dilated_steps.txt"
       done ;;
+    unirep)
+      timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 \
+        --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last --json "$OUT/steps_unirep.json" 2>&1 \
+        | grep -v Warn | tee "$OUT/steps_unirep.txt" ;;
     steps)
       timeout 200 python3 tools/step_bench.py --models replknet31b:16,unireplknet_t:32,convnext_tiny:64,efficientnet_b0:128 \
         --rounds 2 --json "$OUT/steps.json" 2>&1 | grep -v Warn | tee "$OUT/steps.txt" ;;

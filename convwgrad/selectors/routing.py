@@ -38,6 +38,21 @@ OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct")
 #: N=16 channels_last (455; 3143, 8085) and NCHW (459; 5523, 8230); the 1-D k=31 layer went the
 #: other way (shifted 615 us, merged 377), and no filter between 7x7 and 13x13 was measured.
 SHIFTED_FROM_TAPS = 13 * 13
+#: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
+#: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
+#: (tools/family_bench.py, notes/data/dilated_h200_2026-12-03s5.txt): UniRepLKNet-T's 7x7
+#: dilation-2 branch 5.4-6.2x cuDNN and 1.9-2.0x merged (28x28 C160 N=128: 272 us, merged 511,
+#: cuDNN 1479; 14x14 C320 N=32: 36, 70, 226). Its 3x3 dilation-3..5 branches went to merged
+#: (1.2-1.5x shifted), which a dilated layer does not get (aten_measured_faster).
+DILATED_SHIFTED_FROM_TAPS = 7 * 7
+#: Fewest multiply-adds for which a dilated layer leaves cuDNN. Every dilated branch is 3-6x
+#: faster alone in a Triton family, but what a model step gains depends on whether its host keeps
+#: up: UniRepLKNet-T channels_last (tools/step_bench.py --same-model, H200, 2026-12-03,
+#: notes/PERF.md "Session 5") with all 60 dilated branches given to shifted went 1.15x -> 1.30x
+#: over stock at N=128 (GPU-bound: 228 ms a step) and 1.07x -> 0.98x at N=32 (host-bound: a
+#: patched layer's extra host time is step time there). The 7x7 d2 branches span 4.9e7-2.0e8 MACs
+#: at N=32 and 2.0e8-7.9e8 at N=128; this bound routes N=128's 28x28 and 14x14 ones and none at N=32.
+DILATED_SHIFTED_FROM_MACS = 250_000_000
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
@@ -84,14 +99,22 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
     rule), or None: only there does the router give it a problem."""
     if family != "wgrad_shifted" or target.backend != "cuda":
         return None
-    undilated = all(d == 1 for d in problem.dilation)
-    if (problem.spatial_dims != 2 or not undilated or problem.cpg != 1 or problem.kpg != 1
-            or math.prod(problem.filter_size) < SHIFTED_FROM_TAPS or problem.dtype == "fp32"):
+    if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
         return None  # fp32 (TF32 dots, 4-byte loads) was not measured
     if problem.layout == "channels_last" and problem.in_channels % 8:
         return None  # measured only with its 8-channel blocks in channels_last
-    return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
-            f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
+    taps = math.prod(problem.filter_size)
+    if all(d == 1 for d in problem.dilation):
+        if taps < SHIFTED_FROM_TAPS:
+            return None
+        return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
+                f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
+    if (taps < DILATED_SHIFTED_FROM_TAPS or problem.flops // 2 < DILATED_SHIFTED_FROM_MACS
+            or problem.layout != "channels_last"):
+        return None  # smaller dilated layers: the host time a patched layer adds can cost more than it saves
+    return (f"H200, 2026-12-03: dilated 2-D depthwise filters of >= {DILATED_SHIFTED_FROM_TAPS} taps and >= "
+            f"{DILATED_SHIFTED_FROM_MACS:.1e} multiply-adds, channels_last: 5.4-6.2x cuDNN and ~2x merged on "
+            f"UniRepLKNet-T's 7x7 dilation-2 branches, and the N=128 model step faster with them routed")
 
 
 def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:

@@ -188,6 +188,52 @@ def test_reduce_overhead_compiled_patched_step_matches_compiled_without_graphs(n
     assert logs[-1] == [], logs  # replayed: convwgrad's launches are inside the recorded graph
 
 
+@pytest.mark.parametrize("stack", ["convnext", "mobilenetv2"])
+def test_reduce_overhead_compiled_cudnn_planned_stack_matches_compiled_without_graphs(stack, no_tf32):
+    """Depthwise layers planned for cuDNN (the aten family), their prepared calls bound for the first
+    time inside cudagraph trees' warm-up (the prepared calls are cleared before): whatever a prepared
+    call keeps lives past the warm-up, and a kept device tensor is one cudagraph trees refuse ("tensors
+    in the cudagraph pool not tracked as outputs": UniRepLKNet-T, its 17 cuDNN-planned signatures).
+    The steps run, replay, and match default-mode compiled steps within bf16 noise."""
+    from torch._dynamo.utils import counters
+
+    from convwgrad.provider.dispatch import clear_prepared_calls
+
+    torch._dynamo.reset()
+    counters.clear()
+    stock, (channels, size) = build(stack)
+    model = convwgrad.patch(stock.cuda().to(memory_format=torch.channels_last))
+    plain = copy.deepcopy(model)
+    g = torch.Generator(device="cuda").manual_seed(4)
+
+    def fresh_batch(batch=16):
+        x = torch.randn(batch, channels, size, size, device="cuda", generator=g)
+        return x.contiguous(memory_format=torch.channels_last), torch.randint(0, 10, (batch,), device="cuda", generator=g)
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        families = {p.family for _, p in convwgrad.layer_plans(model, fresh_batch()[0])}
+    assert families == {"aten"}, families
+    clear_prepared_calls()
+    graphed, compiled = torch.compile(model, mode="reduce-overhead"), torch.compile(plain)
+    logs = []
+    for _ in range(COMPILED_STEPS):
+        x, target = fresh_batch()
+        torch.compiler.cudagraph_mark_step_begin()
+        model.zero_grad(set_to_none=True)
+        with convwgrad.record_launches() as log:
+            autocast_step(graphed, x, target)
+        torch.cuda.synchronize()
+        got = grads(model)
+        logs.append({r.family for r in log})
+        plain.zero_grad(set_to_none=True)
+        autocast_step(compiled, x, target)
+        torch.cuda.synchronize()
+        assert_within_bf16_noise(got, grads(plain), fp32_reference_grads(plain, x, target),
+                                 what="reduce-overhead vs default")
+    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor did not use CUDA graphs"
+    assert logs[0] == {"aten"} and logs[-1] == set(), logs
+
+
 def depthwise_layer():
     """One patched 31x31 depthwise layer in bf16 channels_last (the shifted family on CUDA), its
     problem, and a maker of fresh (x, dy)."""

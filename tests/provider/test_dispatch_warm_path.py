@@ -3,13 +3,15 @@ each prepared call must answer exactly what a cold call answers, and be dropped 
 anything plan() reads changes."""
 
 import threading
+import types
 
 import pytest
 import torch
 
 import convwgrad
 from convwgrad.provider import build_plugin_manager, use_plugin_manager
-from convwgrad.provider.dispatch import _prepared, clear_prepared_calls, torch_weight_grad
+from convwgrad.provider import ConvProblem
+from convwgrad.provider.dispatch import _prepared, clear_prepared_calls, dispatch_conv_grouped, torch_weight_grad
 from convwgrad.provider.plan import clear_plan_cache
 from convwgrad.provider.reference import relative_error
 from support import DEVICE
@@ -221,3 +223,67 @@ def test_op_matches_layouts_only_where_they_differ(dy_layout, no_tf32):
         x.normal_(), dy.normal_()
         dw = torch.ops.convwgrad.conv_weight(x, dy, list(ws), [1, 1], [1, 1], [1, 1], 16)
         assert relative_error(dw, torch_dw(x, ws, dy, padding=1, groups=16)) < 1e-5
+
+
+def tensors_kept_by(root) -> list[torch.Tensor]:
+    """The non-meta tensors reachable from ``root`` through closures, defaults, bound methods,
+    containers and convwgrad's own objects (not through module globals or Triton's objects)."""
+    seen, found, stack = set(), [], [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type != "meta":
+                found.append(obj)
+        elif isinstance(obj, types.FunctionType):
+            for cell in obj.__closure__ or ():
+                try:
+                    stack.append(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    pass
+            stack.extend(obj.__defaults__ or ())
+        elif isinstance(obj, types.MethodType):
+            stack.extend((obj.__self__, obj.__func__))
+        elif isinstance(obj, (tuple, list, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif type(obj).__module__.startswith("convwgrad"):
+            stack.extend(getattr(obj, slot, None) for klass in type(obj).__mro__
+                         for slot in getattr(klass, "__slots__", ()))
+            stack.extend(getattr(obj, "__dict__", {}).values())
+    return found
+
+
+def test_the_walk_finds_a_kept_tensor():
+    """The walk below can fail: a tensor kept in a closure of a prepared call's run is found."""
+    from convwgrad.provider.dispatch import _PreparedCall
+
+    kept = torch.empty(1)
+    prepared = _PreparedCall(lambda x, dy, out, workspace: kept, (), "k", "f")
+    assert [t is kept for t in tensors_kept_by(prepared)] == [True]
+    assert tensors_kept_by(_PreparedCall(lambda x, dy, out, workspace: x, (), "k", "f")) == []
+
+
+@pytest.mark.parametrize("family", ["aten", "wgrad_merged", "wgrad_splitk", "wgrad_direct", "wgrad_shifted"])
+def test_prepared_calls_keep_no_tensor_alive(family, no_tf32):
+    """A prepared call lives as long as the planning context; a tensor it kept would be one allocated
+    wherever its first call ran. Under torch.compile(mode="reduce-overhead") that is a CUDA-graph
+    warm-up, whose allocations must all be outputs or freed: the aten family's kept weight stand-in
+    broke UniRepLKNet-T there (17 "tensors in the cudagraph pool not tracked as outputs")."""
+    problem = ConvProblem.build(batch=2, groups=8, in_channels=8, input_size=(7, 7), filter_size=5, padding=2,
+                                dtype="fp32", layout="channels_last")
+    plan = convwgrad.plan(problem, DEVICE if DEVICE != "cpu" else None, family=family)
+    x = torch.randn(problem.input_shape, device=DEVICE).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(problem.grad_output_shape, device=DEVICE).contiguous(memory_format=torch.channels_last)
+    clear_prepared_calls()
+    with convwgrad.record_launches() as log:
+        dispatch_conv_grouped(problem, x, dy, plan=plan)
+        convwgrad.conv2d_weight(x, problem.weight_size, dy, padding=2, groups=8)
+    assert log[0].family == family
+    assert len(_prepared._calls) == 2
+    for prepared in _prepared._calls.values():
+        kept = tensors_kept_by(prepared)
+        assert kept == [], f"{prepared.kernel_name} keeps {[(t.shape, t.device) for t in kept]}"

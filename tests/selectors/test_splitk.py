@@ -165,6 +165,34 @@ def test_routing_rules_fire_and_say_so():
     assert pinned.family == "wgrad_merged"
 
 
+def unireplknet_dilated(batch, size, channels, k, dilation, dtype="bf16", layout="channels_last"):
+    return ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(size, size),
+                             filter_size=k, padding=dilation * (k // 2), dilation=dilation, dtype=dtype, layout=layout)
+
+
+@pytest.mark.parametrize("batch, size, channels, k, dilation, expected", [
+    (128, 28, 160, 7, 2, "wgrad_shifted"),  # 7.9e8 MACs: measured 5.4x cuDNN, the N=128 step faster
+    (128, 14, 320, 7, 2, "wgrad_shifted"),  # 3.9e8
+    (128, 7, 640, 7, 2, "aten"),            # 2.0e8: below the bound
+    (32, 28, 160, 7, 2, "aten"),            # 2.0e8: N=32's host-bound step lost with it routed
+    (128, 28, 160, 3, 3, "aten"),           # 3x3 d3: merged's class, and a dilated layer is not merged's
+    (128, 28, 160, 5, 1, "aten"),           # undilated 5x5: cuDNN's class
+])
+def test_dilated_depthwise_routing_follows_the_model_measurement(batch, size, channels, k, dilation, expected):
+    chosen = plan(unireplknet_dilated(batch, size, channels, k, dilation), "sm_90")
+    assert chosen.family == expected, chosen.rule
+    if expected == "wgrad_shifted":
+        assert "dilated 2-D depthwise filters of >= 49 taps" in chosen.rule
+
+
+def test_dilated_shifted_class_is_measured_bf16_channels_last_on_cuda_only():
+    for problem in (unireplknet_dilated(128, 28, 160, 7, 2, dtype="fp32"),
+                    unireplknet_dilated(128, 28, 160, 7, 2, layout="contiguous"),
+                    unireplknet_dilated(128, 28, 100, 7, 2)):  # C % 8: the channel blocks do not fit
+        assert plan(problem, "sm_90").family != "wgrad_shifted", problem.describe()
+    assert plan(unireplknet_dilated(128, 28, 160, 7, 2), "gfx950").family == "wgrad_merged"
+
+
 @pytest.mark.parametrize("channels, k, expected", [
     (144, 3, 16),   # 32 would fill the tiles better, but does not divide 144
     (96, 3, 32),    # 9 taps: 288 of 384 columns real at 32, 144 of 256 at 16

@@ -42,7 +42,7 @@ def launch(problem, spec, target, input, grad_output, out, workspace) -> list[st
 
 def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     """torch's own dW, returned as torch computed it (no copy) when no ``out`` is given."""
-    backward = aten_weight_grad_call(problem, input.device)
+    backward = aten_weight_grad_call(problem)
 
     def run(x, dy, out, workspace):
         dw = backward(x, dy)

@@ -17,6 +17,8 @@ LAYERS = {
     "replknet-13x13-7": dict(batch=8, groups=1024, in_channels=1024, input_size=(7, 7), filter_size=13, padding=6),
     "unireplknet-k5-d3-56": dict(batch=8, groups=128, in_channels=128, input_size=(56, 56), filter_size=5, dilation=3,
                                  padding=6),
+    "unireplknet-k7-d2-28": dict(batch=8, groups=160, in_channels=160, input_size=(28, 28), filter_size=7, dilation=2,
+                                 padding=6),  # the dilated class the router gives this family
     "unireplknet-k3-d5-28": dict(batch=8, groups=256, in_channels=256, input_size=(28, 28), filter_size=3, dilation=5,
                                  padding=5),
     "long-1d-k65": dict(batch=4, groups=512, in_channels=512, input_size=(2048,), filter_size=65, padding=32),
