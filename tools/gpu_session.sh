@@ -21,6 +21,7 @@
 #   occupancy  the direct family's planned tile beside low-register tiles (variants_direct.py:occupancy_variants)
 #   dilated  UniRepLKNet-T's dilated branches: the shifted family beside merged and cuDNN (b32, b128), then the
 #            model with tools/route_dilated.py routing them to shifted, against the built-in router, b32 and b128
+#   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
@@ -106,7 +107,7 @@ print(f"sweep rows: one GPU {len(rows[0])}, torchrun x2 {len(rows[1])}, same sha
 PY
       ;;
     cudagraphs)
-      timeout 560 python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --compile reduce-overhead \
+      timeout ${CUDAGRAPHS_LIMIT_S:-560} python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --compile reduce-overhead \
         --rounds 2 --steps 6 --json "$OUT/steps_cudagraphs.json" 2>&1 | grep -v Warn | tee "$OUT/steps_cudagraphs.txt" ;;
     occupancy)
       timeout 150 python3 tools/family_bench.py --variants tools/variants_direct.py:occupancy_variants --layouts channels_last \
@@ -124,6 +125,10 @@ PY
         timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 2 $plugin \
           --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/dilated_steps.txt"
       done ;;
+    graphtests)
+      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
+        "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \
+        -m gpu -q -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_graphs.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
     unirep)
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 \
         --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last --json "$OUT/steps_unirep.json" 2>&1 \
