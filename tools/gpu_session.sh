@@ -21,11 +21,14 @@
 #   occupancy  the direct family's planned tile beside low-register tiles (variants_direct.py:occupancy_variants)
 #   dilated  UniRepLKNet-T's dilated branches: the shifted family beside merged and cuDNN (b32, b128), then the
 #            model with tools/route_dilated.py routing them to shifted, against the built-in router, b32 and b128
+#   relayout the aten channels_last family (NCHW operands copied for cuDNN's channels_last dW) beside torch's
+#            NCHW path on ConvNeXt-T / MobileNetV2 / EfficientNet-B0 layers, its GPU tests, and the three models
+#            in NCHW with tools/route_nchw.py routing their depthwise layers to it
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (next session: `sameaten modulehost tests` first (the new route check, measured), then `cudagraphs` alone;
+# (next session: `relayout occupancy` first, then `sameaten` (a second run of the all-cuDNN models);
 #  on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -125,6 +128,19 @@ PY
         timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 2 $plugin \
           --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/dilated_steps.txt"
       done ;;
+    relayout)
+      timeout 200 python3 tools/family_bench.py --variants tools/variants_relayout.py:variants --layouts contiguous \
+        --budget-s 170 --json "$OUT/relayout.json" \
+        --shape N=64,C=96,H=56,W=56,k=7,g=96 --shape N=64,C=192,H=28,W=28,k=7,g=192 \
+        --shape N=64,C=384,H=14,W=14,k=7,g=384 --shape N=64,C=768,H=7,W=7,k=7,g=768 \
+        --shape N=128,C=144,H=56,W=56,k=3,g=144 --shape N=128,C=96,H=112,W=112,k=3,s=2,g=96 \
+        --shape N=128,C=240,H=28,W=28,k=5,g=240 --shape N=128,C=672,H=14,W=14,k=5,g=672 \
+        2>&1 | grep -v Warn | tee "$OUT/relayout.txt"
+      OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/aten_channels_last -m gpu -q -p no:cacheprovider \
+        -n 4 2>&1 | tee "$OUT/pytest_relayout.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -10
+      timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts contiguous \
+        --plugin tools/route_nchw.py:plugin --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128 \
+        --json "$OUT/steps_relayout.json" 2>&1 | grep -v Warn | tee "$OUT/steps_relayout.txt" ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

@@ -30,8 +30,9 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. Without this they would take
 #: problems the others refuse (e.g. an odd channel count) from aten untimed. H200, 2026-12-03: the
 #: shifted family (issue 11) was measured faster on large 2-D filters; the direct family (issue 10)
-#: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class.
-OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct")
+#: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class; the aten channels_last
+#: family (NCHW operands copied for cuDNN's channels_last kernels) is not measured yet.
+OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct", "aten_channels_last")
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
 #: (21 us; merged 87, cuDNN 350), 27x27 at 14x14 C512 N=16 (89; 571, 1806), 31x31 at 56x56 C128

@@ -267,17 +267,19 @@ def test_the_walk_finds_a_kept_tensor():
     assert tensors_kept_by(_PreparedCall(lambda x, dy, out, workspace: x, (), "k", "f")) == []
 
 
-@pytest.mark.parametrize("family", ["aten", "wgrad_merged", "wgrad_splitk", "wgrad_direct", "wgrad_shifted"])
-def test_prepared_calls_keep_no_tensor_alive(family, no_tf32):
+@pytest.mark.parametrize("family, layout", [(family, "channels_last") for family in (
+    "aten", "wgrad_merged", "wgrad_splitk", "wgrad_direct", "wgrad_shifted")] + [("aten_channels_last", "contiguous")])
+def test_prepared_calls_keep_no_tensor_alive(family, layout, no_tf32):
     """A prepared call lives as long as the planning context; a tensor it kept would be one allocated
     wherever its first call ran. Under torch.compile(mode="reduce-overhead") that is a CUDA-graph
     warm-up, whose allocations must all be outputs or freed: the aten family's kept weight stand-in
     broke UniRepLKNet-T there (17 "tensors in the cudagraph pool not tracked as outputs")."""
     problem = ConvProblem.build(batch=2, groups=8, in_channels=8, input_size=(7, 7), filter_size=5, padding=2,
-                                dtype="fp32", layout="channels_last")
+                                dtype="fp32", layout=layout)
     plan = convwgrad.plan(problem, DEVICE if DEVICE != "cpu" else None, family=family)
-    x = torch.randn(problem.input_shape, device=DEVICE).contiguous(memory_format=torch.channels_last)
-    dy = torch.randn(problem.grad_output_shape, device=DEVICE).contiguous(memory_format=torch.channels_last)
+    memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    x = torch.randn(problem.input_shape, device=DEVICE).contiguous(memory_format=memory_format)
+    dy = torch.randn(problem.grad_output_shape, device=DEVICE).contiguous(memory_format=memory_format)
     clear_prepared_calls()
     with convwgrad.record_launches() as log:
         dispatch_conv_grouped(problem, x, dy, plan=plan)

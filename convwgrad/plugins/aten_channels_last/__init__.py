@@ -1,0 +1,97 @@
+"""The aten channels_last family: torch's own convolution backward, on channels_last copies of
+NCHW operands.
+
+For an NCHW depthwise layer in bf16 or fp32, torch does not call cuDNN: its own NCHW depthwise
+kernel computes dW (``use_cudnn_depthwise`` takes cuDNN for NCHW only in fp16), and that kernel
+runs a median 33x above the memory floor on the H200 against cuDNN channels_last's 6-12x (issue
+10). Copying input and grad_output to channels_last first costs two reads and two writes of
+memory-bound traffic (about twice the floor) and hands the layer to cuDNN's channels_last
+kernels. Whether that is faster is a measurement per class of layer, so the family is opt-in
+(selectors/routing.py): pinned, benched and swept everywhere, routed only where it was measured
+faster. ``explain`` names the copies in the family's description and kernel list.
+
+No Triton kernel: one module, like the aten fallback (the jit and launcher layers are empty).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from convwgrad.provider.family import FamilyPlugin
+from convwgrad.provider.reference import aten_weight_grad_call
+from convwgrad.provider.spec import BoundLaunch, KernelSpec
+
+FAMILY = "aten_channels_last"
+#: Above the aten fallback, below every Triton family: only the order among opt-in families
+#: where more than one was measured faster for a class.
+PRIORITY = 1
+#: torch's channels_last memory format by spatial rank (1-D tensors have none)
+MEMORY_FORMATS = {2: torch.channels_last, 3: torch.channels_last_3d}
+KERNELS = ("aten.copy_ (to channels_last)", "aten.convolution_backward")
+
+
+def not_supported_reasons(problem, spec, target) -> list[str]:
+    reasons = []
+    if spec.dtype != problem.dtype:
+        reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
+    if spec.split_k != 1:
+        reasons.append(f"split_k={spec.split_k}: aten computes dW in one call and cannot split K")
+    if spec.group_merge != 1:
+        reasons.append(f"group_merge={spec.group_merge}: aten does not merge groups")
+    if spec.tile is not None:
+        reasons.append("aten takes no tile")
+    if problem.spatial_dims not in MEMORY_FORMATS:
+        reasons.append(f"{problem.spatial_dims}-D: torch has no channels_last memory format for "
+                       f"{problem.spatial_dims + 2}-D tensors")
+    if problem.layout != "contiguous":
+        reasons.append(f"layout={problem.layout}: the operands are not NCHW, aten takes them as they are")
+    return reasons
+
+
+def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
+    return [KernelSpec(family=FAMILY, dtype=problem.dtype)]
+
+
+def relayout_call(problem):
+    """``f(input, grad_output) -> dW``: both copied to channels_last, then aten's dW (its weight
+    stand-in takes the layout from them). dW comes back in the weight's channels_last strides;
+    for a depthwise (C, 1, k, k) weight those differ from contiguous only in the size-1 dim."""
+    memory_format = MEMORY_FORMATS[problem.spatial_dims]
+    backward = aten_weight_grad_call(problem)
+
+    def weight_grad(input, grad_output):
+        return backward(input.contiguous(memory_format=memory_format),
+                        grad_output.contiguous(memory_format=memory_format))
+
+    return weight_grad
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    out.copy_(relayout_call(problem)(input, grad_output))
+    return list(KERNELS)
+
+
+def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
+    """dW as aten computed it when it is contiguous (a depthwise weight's is), else a contiguous
+    copy; written into ``out`` when one is given."""
+    weight_grad = relayout_call(problem)
+
+    def run(x, dy, out, workspace):
+        dw = weight_grad(x, dy)
+        if out is None:
+            return dw if dw.is_contiguous() else dw.contiguous()
+        return out.copy_(dw)
+
+    return BoundLaunch(run=run, kernels=KERNELS)
+
+
+plugin = FamilyPlugin(
+    name=FAMILY,
+    priority=PRIORITY,
+    description="torch's aten.convolution_backward on channels_last copies of NCHW operands (cuDNN's "
+                "channels_last kernels instead of torch's NCHW depthwise kernel); opt-in",
+    candidate_specs=candidate_specs,
+    not_supported_reasons=not_supported_reasons,
+    launch=launch,
+    prepare=prepare,
+)

@@ -1,0 +1,94 @@
+"""The aten channels_last family: NCHW operands copied to channels_last, then torch's dW.
+
+Checked on every device the suite runs on (torch computes it: no interpreter): float64
+reference, NaN-poisoned dW, the family asserted to have run; aten asserted to have received
+channels_last operands; refusals with their reasons; opt-in routing."""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import convwgrad
+from convwgrad.bench import make_inputs
+from convwgrad.plugins import aten_channels_last
+from convwgrad.provider import PROFILES, ConvProblem
+from convwgrad.provider.plan import NoCandidateError
+from support import DEVICE, assert_close_to_reference, run_checked
+
+FAMILY = aten_channels_last.FAMILY
+#: torch's CPU convolutions compute fp32 and bf16 (fp16 only on the GPU suite's device)
+DTYPES = ["fp32", "bf16"] + (["fp16"] if DEVICE == "cuda" else [])
+
+PROBLEMS = {
+    "depthwise-3x3": dict(batch=2, groups=16, in_channels=16, input_size=(9, 9), filter_size=3, padding=1),
+    "depthwise-odd-s2-d2-asym": dict(batch=3, groups=5, in_channels=5, input_size=(11, 7), filter_size=3, stride=2,
+                                     dilation=2, padding=((1, 3), (2, 2))),
+    "depthwise-7x7-prime": dict(batch=1, groups=13, in_channels=13, input_size=(13, 17), filter_size=7, padding=3),
+    "multiplier-kpg3": dict(batch=2, groups=6, in_channels=6, out_channels=18, input_size=(8, 8), filter_size=5,
+                            padding=2),
+    "grouped-cpg4": dict(batch=2, groups=4, in_channels=16, input_size=(7, 7), filter_size=3, padding=1),
+    "depthwise-3d": dict(batch=2, groups=8, in_channels=8, input_size=(4, 6, 5), filter_size=3, padding=1),
+}
+
+
+class _ConvolutionBackwardLayouts(TorchDispatchMode):
+    """Records, for every aten.convolution_backward below float64, whether its input was channels_last."""
+
+    def __init__(self):
+        super().__init__()
+        self.channels_last = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.convolution_backward.default:
+            x = args[1]
+            fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+            if x.dtype != torch.float64:  # not the float64 reference run_checked computes
+                self.channels_last.append(x.is_contiguous(memory_format=fmt) and not x.is_contiguous())
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_nchw_problems_match_float64_through_channels_last_copies(name, dtype, no_tf32):
+    problem = ConvProblem.build(**PROBLEMS[name], dtype=dtype, layout="contiguous")
+    x, dy = make_inputs(problem, DEVICE)
+    assert x.is_contiguous() and dy.is_contiguous()
+    with _ConvolutionBackwardLayouts() as seen:
+        outcome = run_checked(problem, family=FAMILY, inputs=(x, dy))
+    assert tuple(outcome.launches[0].kernels) == aten_channels_last.KERNELS
+    assert seen.channels_last == [True], "aten did not receive channels_last operands once"
+    assert_close_to_reference(outcome, problem)
+    assert x.is_contiguous() and dy.is_contiguous()  # the caller's tensors are left as they were
+
+
+def test_a_fresh_dw_is_contiguous_and_repeats_bitwise(no_tf32):
+    problem = ConvProblem.build(**PROBLEMS["multiplier-kpg3"], dtype="fp32", layout="contiguous")
+    x, dy = make_inputs(problem, DEVICE)
+    chosen = convwgrad.plan(problem, DEVICE if DEVICE != "cpu" else None, family=FAMILY)
+    first = convwgrad.dispatch_conv_grouped(problem, x, dy, plan=chosen)
+    second = convwgrad.dispatch_conv_grouped(problem, x, dy, plan=chosen)
+    assert first.is_contiguous() and first.shape == problem.weight_size
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("fields, reason", [
+    (dict(layout="channels_last"), "layout=channels_last: the operands are not NCHW"),
+    (dict(input_size=(32,), filter_size=3, padding=1), "1-D: torch has no channels_last memory format for 3-D tensors"),
+])
+def test_refusals_name_the_reason(fields, reason):
+    base = dict(batch=2, groups=8, in_channels=8, input_size=(9, 9), filter_size=3, padding=1, layout="contiguous")
+    problem = ConvProblem.build(**{**base, **fields})
+    with pytest.raises(NoCandidateError, match=reason):
+        convwgrad.plan(problem, "sm_90", family=FAMILY)
+    with pytest.raises(NoCandidateError, match="split_k=2: aten computes dW in one call"):
+        convwgrad.plan(ConvProblem.build(**base), "sm_90", family=FAMILY, split_k=2)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950", "cpu"])
+def test_opt_in_it_is_never_routed_before_it_is_measured(target):
+    problem = ConvProblem.build(batch=32, groups=96, in_channels=96, input_size=(56, 56), filter_size=7, padding=3,
+                                dtype="bf16", layout="contiguous")
+    chosen = convwgrad.plan(problem, PROFILES[target])
+    assert chosen.family != FAMILY
+    text = str(convwgrad.explain(problem, PROFILES[target]))
+    assert f"{FAMILY}_bf16_spk1_1stage: admitted" in text
