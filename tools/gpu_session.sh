@@ -24,11 +24,13 @@
 #   relayout the aten channels_last family (NCHW operands copied for cuDNN's channels_last dW) beside torch's
 #            NCHW path on ConvNeXt-T / MobileNetV2 / EfficientNet-B0 layers, its GPU tests, and the three models
 #            in NCHW with tools/route_nchw.py routing their depthwise layers to it
+#   dilated3 UniRepLKNet-T b32/b128 CL with tools/route_dilated.py:merged_small_dilated (3x3 dilated branches of
+#            >= 5e7 multiply-adds to merged) on top of the built-in router
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (next session: `relayout occupancy` first, then `sameaten` (a second run of the all-cuDNN models);
+# (next session: `relayout dilated3 occupancy` first, then `sameaten` (a second run of the all-cuDNN models);
 #  on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -141,6 +143,10 @@ PY
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts contiguous \
         --plugin tools/route_nchw.py:plugin --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128 \
         --json "$OUT/steps_relayout.json" 2>&1 | grep -v Warn | tee "$OUT/steps_relayout.txt" ;;
+    dilated3)
+      timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
+        --plugin tools/route_dilated.py:merged_small_dilated --models unireplknet_t:32,unireplknet_t:128 \
+        --json "$OUT/steps_dilated3.json" 2>&1 | grep -v Warn | tee "$OUT/steps_dilated3.txt" ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \
