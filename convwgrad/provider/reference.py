@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .layout import TORCH_DTYPES
 from .problem import ConvProblem
 
 
@@ -25,9 +24,12 @@ def aten_weight_grad_call(problem: ConvProblem):
     def weight_grad(input, grad_output):
         if pads is not None:
             input = F.pad(input, pads)
-        # aten reads only the weight's shape, dtype and device: a zero-stride view of grad_output
-        # (one element, never written) stands in, allocating nothing (~0.9 us on a 2-core CPU,
-        # against ~2.2 us for new_empty(1).expand). Nothing device-side is kept between calls:
+        # aten takes the weight's shape, dtype, device and strides (zero strides: no memory-format
+        # hint, as the broadcast stand-in before) and never its values into dW: some backends copy
+        # it, none write it. A zero-stride view of grad_output stands in, allocating nothing (~0.9 us
+        # on a 2-core CPU, against ~2.2 us for new_empty(1).expand); grad_output is never empty here
+        # (ConvProblem has no zero sizes; an empty batch is torch_weight_grad's, whose new_empty
+        # stand-in must stay: as_strided of an empty tensor raises). Nothing is kept between calls:
         # a stand-in kept from the first call was allocated wherever that call ran, and when that
         # was a CUDA-graph warm-up (torch.compile's reduce-overhead), it stayed live in the graph
         # pool, which cudagraph trees refuse ("tensors in the cudagraph pool not tracked as outputs").

@@ -43,8 +43,9 @@ SHIFTED_FROM_TAPS = 13 * 13
 #: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
 #: (tools/family_bench.py, notes/data/dilated_h200_2026-12-03s5.txt): UniRepLKNet-T's 7x7
 #: dilation-2 branch 5.4-6.2x cuDNN and 1.9-2.0x merged (28x28 C160 N=128: 272 us, merged 511,
-#: cuDNN 1479; 14x14 C320 N=32: 36, 70, 226). Its 3x3 dilation-3..5 branches went to merged
-#: (1.2-1.5x shifted), which a dilated layer does not get (aten_measured_faster).
+#: cuDNN 1479; 14x14 C320 N=32: 36, 70, 226). On its 3x3 dilation-3..5 branches merged was the
+#: faster family (1.2-1.5x shifted), and they stay with cuDNN: merged is not given dilated layers
+#: (aten_measured_faster). Measured in bf16 only, so only bf16 is routed.
 DILATED_SHIFTED_FROM_TAPS = 7 * 7
 #: Fewest multiply-adds for which a dilated layer leaves cuDNN. Every dilated branch is 3-6x
 #: faster alone in a Triton family, but what a model step gains depends on whether its host keeps
@@ -110,11 +111,12 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
             return None
         return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
                 f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
-    if (taps < DILATED_SHIFTED_FROM_TAPS or problem.flops // 2 < DILATED_SHIFTED_FROM_MACS
-            or problem.layout != "channels_last"):
+    if taps < DILATED_SHIFTED_FROM_TAPS or problem.dtype != "bf16" or problem.layout != "channels_last":
+        return None  # measured on UniRepLKNet-T's 7x7 d2 branches, bf16 channels_last, only
+    if problem.flops // 2 < DILATED_SHIFTED_FROM_MACS:
         return None  # smaller dilated layers: the host time a patched layer adds can cost more than it saves
     return (f"H200, 2026-12-03: dilated 2-D depthwise filters of >= {DILATED_SHIFTED_FROM_TAPS} taps and >= "
-            f"{DILATED_SHIFTED_FROM_MACS:.1e} multiply-adds, channels_last: 5.4-6.2x cuDNN and ~2x merged on "
+            f"{DILATED_SHIFTED_FROM_MACS:.1e} multiply-adds, bf16 channels_last: 5.4-6.2x cuDNN and ~2x merged on "
             f"UniRepLKNet-T's 7x7 dilation-2 branches, and the N=128 model step faster with them routed")
 
 

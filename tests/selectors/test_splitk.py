@@ -175,7 +175,8 @@ def unireplknet_dilated(batch, size, channels, k, dilation, dtype="bf16", layout
     (128, 14, 320, 7, 2, "wgrad_shifted"),  # 3.9e8
     (128, 7, 640, 7, 2, "aten"),            # 2.0e8: below the bound
     (32, 28, 160, 7, 2, "aten"),            # 2.0e8: N=32's host-bound step lost with it routed
-    (128, 28, 160, 3, 3, "aten"),           # 3x3 d3: merged's class, and a dilated layer is not merged's
+    (128, 28, 160, 3, 3, "aten"),           # 3x3 d3, 1.4e8: below both bounds
+    (512, 28, 160, 3, 3, "aten"),           # 5.8e8 but 9 taps: merged was faster there, and merged gets no dilated layer
     (128, 28, 160, 5, 1, "aten"),           # undilated 5x5: cuDNN's class
 ])
 def test_dilated_depthwise_routing_follows_the_model_measurement(batch, size, channels, k, dilation, expected):
@@ -185,8 +186,21 @@ def test_dilated_depthwise_routing_follows_the_model_measurement(batch, size, ch
         assert "dilated 2-D depthwise filters of >= 49 taps" in chosen.rule
 
 
+def test_dilated_shifted_bound_splits_adjacent_batches():
+    from convwgrad.selectors.routing import DILATED_SHIFTED_FROM_MACS
+
+    per_sample = 160 * 28 * 28 * 49  # multiply-adds a sample of the 28x28 C160 7x7 d2 branch
+    at = ConvProblem.build(batch=DILATED_SHIFTED_FROM_MACS // per_sample + 1, groups=160, in_channels=160,
+                           input_size=(28, 28), filter_size=7, padding=6, dilation=2, dtype="bf16",
+                           layout="channels_last")
+    below = attrs.evolve(at, batch=at.batch - 1)
+    assert at.flops // 2 >= DILATED_SHIFTED_FROM_MACS > below.flops // 2
+    assert plan(at, "sm_90").family == "wgrad_shifted" and plan(below, "sm_90").family == "aten"
+
+
 def test_dilated_shifted_class_is_measured_bf16_channels_last_on_cuda_only():
     for problem in (unireplknet_dilated(128, 28, 160, 7, 2, dtype="fp32"),
+                    unireplknet_dilated(128, 28, 160, 7, 2, dtype="fp16"),
                     unireplknet_dilated(128, 28, 160, 7, 2, layout="contiguous"),
                     unireplknet_dilated(128, 28, 100, 7, 2)):  # C % 8: the channel blocks do not fit
         assert plan(problem, "sm_90").family != "wgrad_shifted", problem.describe()
