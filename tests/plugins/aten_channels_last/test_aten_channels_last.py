@@ -13,6 +13,7 @@ from convwgrad.bench import make_inputs
 from convwgrad.plugins import aten_channels_last
 from convwgrad.provider import PROFILES, ConvProblem
 from convwgrad.provider.plan import NoCandidateError
+from convwgrad.provider.reference import relative_error
 from support import DEVICE, assert_close_to_reference, run_checked
 
 FAMILY = aten_channels_last.FAMILY
@@ -92,3 +93,41 @@ def test_opt_in_it_is_never_routed_before_it_is_measured(target):
     assert chosen.family != FAMILY
     text = str(convwgrad.explain(problem, PROFILES[target]))
     assert f"{FAMILY}_bf16_spk1_1stage: admitted" in text
+
+
+def test_a_patched_nchw_model_routed_to_the_family_trains_like_stock(no_tf32):
+    """The whole path a model run of tools/route_nchw.py takes: a selector plugin routes the NCHW
+    grouped layers to this family, the patched backward runs it (its operands as autograd hands
+    them over), and every gradient matches the stock model's."""
+    import copy
+
+    import torch.nn.functional as F
+    from torch import nn
+
+    from convwgrad.provider.hookspecs import hookimpl
+    from convwgrad.provider.manager import build_plugin_manager, use_plugin_manager
+    from convwgrad.provider.registry import Choice
+
+    class RouteToFamily:
+        @hookimpl(tryfirst=True)
+        def convwgrad_select(self, problem, target, candidates, families):
+            return next((Choice(spec=s, rule="test: routed to aten_channels_last") for s, ok in candidates
+                         if ok and s.family == FAMILY), None)
+
+    torch.manual_seed(0)
+    stock = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.ReLU(),
+                          nn.Conv2d(8, 16, 5, stride=2, padding=2, groups=8, bias=False), nn.Flatten(),
+                          nn.LazyLinear(4)).to(DEVICE)
+    x = torch.randn(3, 8, 9, 9, device=DEVICE)
+    target = torch.randint(0, 4, (3,), device=DEVICE)
+    stock(x)  # materialise the lazy layer before copying
+    patched = convwgrad.patch(copy.deepcopy(stock))
+    pm = build_plugin_manager(load_entrypoints=False)
+    pm.register(RouteToFamily())
+    F.cross_entropy(stock(x), target).backward()
+    with use_plugin_manager(pm), convwgrad.record_launches() as log:
+        assert [p.family for _, p in convwgrad.layer_plans(patched, x)] == [FAMILY, FAMILY]
+        F.cross_entropy(patched(x), target).backward()
+    assert [r.family for r in log] == [FAMILY, FAMILY]
+    for (name, a), (_, b) in zip(stock.named_parameters(), patched.named_parameters()):
+        assert relative_error(b.grad, a.grad.double()) <= 1e-5, name
