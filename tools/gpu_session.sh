@@ -137,6 +137,7 @@ PY
         --shape N=64,C=384,H=14,W=14,k=7,g=384 --shape N=64,C=768,H=7,W=7,k=7,g=768 \
         --shape N=128,C=144,H=56,W=56,k=3,g=144 --shape N=128,C=96,H=112,W=112,k=3,s=2,g=96 \
         --shape N=128,C=240,H=28,W=28,k=5,g=240 --shape N=128,C=672,H=14,W=14,k=5,g=672 \
+        --shape N=32,C=256,L=512,k=31,g=256 --shape N=16,C=1024,L=2048,k=4,g=1024 \
         2>&1 | grep -v Warn | tee "$OUT/relayout.txt"
       OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/aten_channels_last -m gpu -q -p no:cacheprovider \
         -n 4 2>&1 | tee "$OUT/pytest_relayout.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -10

@@ -10,11 +10,14 @@ kernels. Whether that is faster is a measurement per class of layer, so the fami
 (selectors/routing.py): pinned, benched and swept everywhere, routed only where it was measured
 faster. ``explain`` names the copies in the family's description and kernel list.
 
-No Triton kernel: one module, like the aten fallback (the jit and launcher layers are empty).
+A 1-D layer (N, C, L) is computed as the 2-D layer (N, C, 1, L) it is a view of (torch's own 1-D
+convolutions take that route too). No Triton kernel: one module, like the aten fallback (the jit
+and launcher layers are empty).
 """
 
 from __future__ import annotations
 
+import attrs
 import torch
 
 from convwgrad.provider.family import FamilyPlugin
@@ -25,8 +28,8 @@ FAMILY = "aten_channels_last"
 #: Above the aten fallback, below every Triton family: only the order among opt-in families
 #: where more than one was measured faster for a class.
 PRIORITY = 1
-#: torch's channels_last memory format by spatial rank (1-D tensors have none)
-MEMORY_FORMATS = {2: torch.channels_last, 3: torch.channels_last_3d}
+#: torch's channels_last memory format by spatial rank (a 1-D layer runs as 2-D with height 1)
+MEMORY_FORMATS = {1: torch.channels_last, 2: torch.channels_last, 3: torch.channels_last_3d}
 KERNELS = ("aten.copy_ (to channels_last)", "aten.convolution_backward")
 
 
@@ -40,9 +43,6 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
         reasons.append(f"group_merge={spec.group_merge}: aten does not merge groups")
     if spec.tile is not None:
         reasons.append("aten takes no tile")
-    if problem.spatial_dims not in MEMORY_FORMATS:
-        reasons.append(f"{problem.spatial_dims}-D: torch has no channels_last memory format for "
-                       f"{problem.spatial_dims + 2}-D tensors")
     if problem.layout != "contiguous":
         reasons.append(f"layout={problem.layout}: the operands are not NCHW, aten takes them as they are")
     return reasons
@@ -52,11 +52,27 @@ def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
     return [KernelSpec(family=FAMILY, dtype=problem.dtype)]
 
 
+def as_2d(problem):
+    """The 2-D problem of a 1-D one: a height-1 input and filter, unit stride and dilation there."""
+    return attrs.evolve(problem, input_size=(1, *problem.input_size), filter_size=(1, *problem.filter_size),
+                        stride=(1, *problem.stride), padding=((0, 0), *problem.padding),
+                        dilation=(1, *problem.dilation))
+
+
 def relayout_call(problem):
     """``f(input, grad_output) -> dW``: both copied to channels_last, then aten's dW (its weight
     stand-in takes the layout from them). dW comes back in the weight's channels_last strides;
     for a depthwise (C, 1, k, k) weight those differ from contiguous only in the size-1 dim."""
     memory_format = MEMORY_FORMATS[problem.spatial_dims]
+    if problem.spatial_dims == 1:
+        backward = aten_weight_grad_call(as_2d(problem))
+
+        def weight_grad(input, grad_output):  # (N, C, L) -> (N, C, 1, L): views, then the copies
+            dw = backward(input.unsqueeze(2).contiguous(memory_format=memory_format),
+                          grad_output.unsqueeze(2).contiguous(memory_format=memory_format))
+            return dw.squeeze(2)  # (K, cpg, 1, k) -> (K, cpg, k): a view
+
+        return weight_grad
     backward = aten_weight_grad_call(problem)
 
     def weight_grad(input, grad_output):

@@ -29,6 +29,11 @@ PROBLEMS = {
                             padding=2),
     "grouped-cpg4": dict(batch=2, groups=4, in_channels=16, input_size=(7, 7), filter_size=3, padding=1),
     "depthwise-3d": dict(batch=2, groups=8, in_channels=8, input_size=(4, 6, 5), filter_size=3, padding=1),
+    "conformer-1d-s2-d2": dict(batch=2, groups=12, in_channels=12, input_size=(37,), filter_size=7, stride=2,
+                               dilation=2, padding=6),
+    "mamba-1d-causal": dict(batch=3, groups=8, in_channels=8, input_size=(19,), filter_size=4, padding=((3, 0),)),
+    "multiplier-1d-kpg2": dict(batch=2, groups=4, in_channels=4, out_channels=8, input_size=(11,), filter_size=5,
+                               padding=2),
 }
 
 
@@ -41,7 +46,7 @@ class _ConvolutionBackwardLayouts(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.convolution_backward.default:
-            x = args[1]
+            x = args[1]  # 4-D for 1-D and 2-D problems (a 1-D one runs as height 1), 5-D for 3-D
             fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
             if x.dtype != torch.float64:  # not the float64 reference run_checked computes
                 self.channels_last.append(x.is_contiguous(memory_format=fmt) and not x.is_contiguous())
@@ -74,7 +79,6 @@ def test_a_fresh_dw_is_contiguous_and_repeats_bitwise(no_tf32):
 
 @pytest.mark.parametrize("fields, reason", [
     (dict(layout="channels_last"), "layout=channels_last: the operands are not NCHW"),
-    (dict(input_size=(32,), filter_size=3, padding=1), "1-D: torch has no channels_last memory format for 3-D tensors"),
 ])
 def test_refusals_name_the_reason(fields, reason):
     base = dict(batch=2, groups=8, in_channels=8, input_size=(9, 9), filter_size=3, padding=1, layout="contiguous")

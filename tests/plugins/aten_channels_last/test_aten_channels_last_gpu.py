@@ -10,8 +10,8 @@ from support import GPU_LAYERS, assert_close_to_reference, run_checked
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 
-#: every shared layer with a channels_last memory format (2-D and 3-D)
-LAYERS = sorted(name for name, fields in GPU_LAYERS.items() if len(fields["input_size"]) in (2, 3))
+#: every shared layer: 1-D (run as height-1 2-D), 2-D and 3-D
+LAYERS = sorted(GPU_LAYERS)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
