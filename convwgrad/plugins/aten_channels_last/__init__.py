@@ -2,13 +2,16 @@
 NCHW operands.
 
 For an NCHW depthwise layer in bf16 or fp32, torch does not call cuDNN: its own NCHW depthwise
-kernel computes dW (``use_cudnn_depthwise`` takes cuDNN for NCHW only in fp16), and that kernel
+kernel computes dW (aten's ``use_cudnn_depthwise`` takes cuDNN for NCHW only in fp16, undilated,
+C >= 32, and where its workload table says so; channels_last always goes to cuDNN), and that kernel
 runs a median 33x above the memory floor on the H200 against cuDNN channels_last's 6-12x (issue
 10). Copying input and grad_output to channels_last first costs two reads and two writes of
 memory-bound traffic (about twice the floor) and hands the layer to cuDNN's channels_last
 kernels. Whether that is faster is a measurement per class of layer, so the family is opt-in
 (selectors/routing.py): pinned, benched and swept everywhere, routed only where it was measured
-faster. ``explain`` names the copies in the family's description and kernel list.
+faster. ``explain`` names the copies in the family's description and kernel list. The copies are
+temporaries the size of the layer's input and grad_output, freed when the call returns: a routed
+layer's backward holds that much more memory while it runs.
 
 A 1-D layer (N, C, L) is computed as the 2-D layer (N, C, 1, L) it is a view of (torch's own 1-D
 convolutions take that route too). No Triton kernel: one module, like the aten fallback (the jit
