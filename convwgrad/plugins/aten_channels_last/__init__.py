@@ -23,6 +23,7 @@ from __future__ import annotations
 import attrs
 import torch
 
+from convwgrad.provider.blocks.aten import bind_whole_call, whole_call_reasons
 from convwgrad.provider.family import FamilyPlugin
 from convwgrad.provider.reference import aten_weight_grad_call
 from convwgrad.provider.spec import BoundLaunch, KernelSpec
@@ -37,15 +38,7 @@ KERNELS = ("aten.copy_ (to channels_last)", "aten.convolution_backward")
 
 
 def not_supported_reasons(problem, spec, target) -> list[str]:
-    reasons = []
-    if spec.dtype != problem.dtype:
-        reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
-    if spec.split_k != 1:
-        reasons.append(f"split_k={spec.split_k}: aten computes dW in one call and cannot split K")
-    if spec.group_merge != 1:
-        reasons.append(f"group_merge={spec.group_merge}: aten does not merge groups")
-    if spec.tile is not None:
-        reasons.append("aten takes no tile")
+    reasons = whole_call_reasons(problem, spec)
     if problem.layout != "contiguous":
         reasons.append(f"layout={problem.layout}: the operands are not NCHW, aten takes them as they are")
     return reasons
@@ -93,15 +86,7 @@ def launch(problem, spec, target, input, grad_output, out, workspace) -> list[st
 def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     """dW as aten computed it when it is contiguous (a depthwise weight's is), else a contiguous
     copy; written into ``out`` when one is given."""
-    weight_grad = relayout_call(problem)
-
-    def run(x, dy, out, workspace):
-        dw = weight_grad(x, dy)
-        if out is None:
-            return dw if dw.is_contiguous() else dw.contiguous()
-        return out.copy_(dw)
-
-    return BoundLaunch(run=run, kernels=KERNELS)
+    return bind_whole_call(relayout_call(problem), KERNELS)
 
 
 plugin = FamilyPlugin(

@@ -7,6 +7,7 @@ tensors without TRITON_INTERPRET=1 it is what runs.
 
 from __future__ import annotations
 
+from convwgrad.provider.blocks.aten import bind_whole_call, whole_call_reasons
 from convwgrad.provider.family import FamilyPlugin
 from convwgrad.provider.reference import aten_weight_grad, aten_weight_grad_call
 from convwgrad.provider.spec import BoundLaunch, KernelSpec
@@ -16,16 +17,7 @@ PRIORITY = 0
 
 
 def not_supported_reasons(problem, spec, target) -> list[str]:
-    reasons = []
-    if spec.dtype != problem.dtype:
-        reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
-    if spec.split_k != 1:
-        reasons.append(f"split_k={spec.split_k}: aten computes dW in one call and cannot split K")
-    if spec.group_merge != 1:
-        reasons.append(f"group_merge={spec.group_merge}: aten does not merge groups")
-    if spec.tile is not None:
-        reasons.append("aten takes no tile")
-    return reasons
+    return whole_call_reasons(problem, spec)
 
 
 def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
@@ -42,15 +34,7 @@ def launch(problem, spec, target, input, grad_output, out, workspace) -> list[st
 
 def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     """torch's own dW, returned as torch computed it (no copy) when no ``out`` is given."""
-    backward = aten_weight_grad_call(problem)
-
-    def run(x, dy, out, workspace):
-        dw = backward(x, dy)
-        if out is None:
-            return dw if dw.is_contiguous() else dw.contiguous()
-        return out.copy_(dw)
-
-    return BoundLaunch(run=run, kernels=KERNELS)
+    return bind_whole_call(aten_weight_grad_call(problem), KERNELS)
 
 
 plugin = FamilyPlugin(
