@@ -20,11 +20,11 @@
 #   cudagraphs  UniRepLKNet-T b32 channels_last compiled with mode="reduce-overhead", stock vs patched (alone: compiling takes minutes)
 #   occupancy  the direct family's planned tile beside low-register tiles (variants_direct.py:occupancy_variants)
 #   dilated  UniRepLKNet-T's dilated branches: the shifted family beside merged and cuDNN (b32, b128), then the
-#            model with tools/route_dilated.py routing them to shifted, against the built-in router, b32 and b128
+#            model with tools/route_experiments.py:dilated_to_shifted routing them to shifted, against the built-in router, b32 and b128
 #   relayout the aten channels_last family (NCHW operands copied for cuDNN's channels_last dW) beside torch's
 #            NCHW path on ConvNeXt-T / MobileNetV2 / EfficientNet-B0 layers, its GPU tests, and the three models
-#            in NCHW with tools/route_nchw.py routing their depthwise layers to it
-#   dilated3 UniRepLKNet-T b32/b128 CL with tools/route_dilated.py:merged_small_dilated (3x3 dilated branches of
+#            in NCHW with tools/route_experiments.py:nchw_to_channels_last routing their depthwise layers to it
+#   dilated3 UniRepLKNet-T b32/b128 CL with tools/route_experiments.py:small_dilated_to_merged (3x3 dilated branches of
 #            >= 5e7 multiply-adds to merged) on top of the built-in router
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
@@ -126,7 +126,7 @@ PY
         --shape N=32,C=320,H=14,W=14,k=7,d=2,g=320 --shape N=32,C=320,H=14,W=14,k=3,d=5,g=320 \
         --shape N=128,C=160,H=28,W=28,k=7,d=2,g=160 --shape N=128,C=320,H=14,W=14,k=3,d=4,g=320 \
         2>&1 | grep -v Warn | tee "$OUT/dilated.txt"
-      for plugin in "" "--plugin tools/route_dilated.py:plugin"; do
+      for plugin in "" "--plugin tools/route_experiments.py:dilated_to_shifted"; do
         timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 2 $plugin \
           --models unireplknet_t:32,unireplknet_t:128 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/dilated_steps.txt"
       done ;;
@@ -142,11 +142,11 @@ PY
       OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/aten_channels_last -m gpu -q -p no:cacheprovider \
         -n 4 2>&1 | tee "$OUT/pytest_relayout.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -10
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts contiguous \
-        --plugin tools/route_nchw.py:plugin --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128 \
+        --plugin tools/route_experiments.py:nchw_to_channels_last --models convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128 \
         --json "$OUT/steps_relayout.json" 2>&1 | grep -v Warn | tee "$OUT/steps_relayout.txt" ;;
     dilated3)
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
-        --plugin tools/route_dilated.py:merged_small_dilated --models unireplknet_t:32,unireplknet_t:128 \
+        --plugin tools/route_experiments.py:small_dilated_to_merged --models unireplknet_t:32,unireplknet_t:128 \
         --json "$OUT/steps_dilated3.json" 2>&1 | grep -v Warn | tee "$OUT/steps_dilated3.txt" ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \

@@ -391,7 +391,7 @@ def main(argv=None):
                         help="a second stock copy as a third arm: each row shows its own A/A ratio")
     parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py:NAME",
                         help="register this object as a convwgrad plugin first (an experiment's selector, "
-                             "e.g. tools/route_dilated.py:plugin); repeatable")
+                             "e.g. tools/route_experiments.py:dilated_to_shifted); repeatable")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="gc.freeze() before timing (is Python's cyclic collector part of a difference?)")
     parser.add_argument("--same-model", action="store_true",

@@ -41,19 +41,52 @@ def autocast_step(model, x, target):
     return loss.detach()
 
 
-def replknet(batch=16):
-    """The RepLKNet-like stack (two 31x31 depthwise layers, BatchNorm), channels_last; a patched
-    copy; a fresh-batch maker."""
-    stock, (channels, size) = build("replknet")
-    stock = stock.cuda().to(memory_format=torch.channels_last)
-    patched = convwgrad.patch(copy.deepcopy(stock))
-    g = torch.Generator(device="cuda").manual_seed(1)
+def patched_stack(name, batch=16, seed=1):
+    """A block stack of torch_models.py on CUDA in channels_last, patched; a fresh-batch maker."""
+    stock, (channels, size) = build(name)
+    patched = convwgrad.patch(stock.cuda().to(memory_format=torch.channels_last))
+    g = torch.Generator(device="cuda").manual_seed(seed)
 
     def fresh_batch():
         x = torch.randn(batch, channels, size, size, device="cuda", generator=g)
         return x.contiguous(memory_format=torch.channels_last), torch.randint(0, 10, (batch,), device="cuda", generator=g)
 
     return patched, fresh_batch
+
+
+def replknet(batch=16):
+    """The RepLKNet-like stack (two 31x31 depthwise layers, BatchNorm), patched; a fresh-batch maker."""
+    return patched_stack("replknet", batch)
+
+
+def reduce_overhead_steps(model, fresh_batch, before_compile=lambda: None):
+    """COMPILED_STEPS steps of ``model`` under torch.compile(mode="reduce-overhead") beside a copy
+    compiled in default mode (no CUDA graphs), on the same fresh batches; each step's gradients
+    within bf16 noise of the ungraphed ones, and inductor's CUDA graphs used. Returns, per step,
+    (the families convwgrad launched, the graphed gradients, the ungraphed ones).
+    ``before_compile`` runs after the copy is made, right before compiling."""
+    from torch._dynamo.utils import counters
+
+    plain = copy.deepcopy(model)
+    before_compile()
+    graphed, compiled = torch.compile(model, mode="reduce-overhead"), torch.compile(plain)
+    steps = []
+    for _ in range(COMPILED_STEPS):
+        x, target = fresh_batch()
+        torch.compiler.cudagraph_mark_step_begin()
+        model.zero_grad(set_to_none=True)
+        with convwgrad.record_launches() as log:
+            autocast_step(graphed, x, target)
+        torch.cuda.synchronize()
+        got = grads(model)  # copies: the next replay overwrites the graph's outputs
+        plain.zero_grad(set_to_none=True)
+        autocast_step(compiled, x, target)
+        torch.cuda.synchronize()
+        want = grads(plain)
+        assert_within_bf16_noise(got, want, fp32_reference_grads(plain, x, target), what="reduce-overhead vs default")
+        steps.append(([r.family for r in log], got, want))
+    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor did not use CUDA graphs"
+    return steps
 
 
 def merged_layers(model, x) -> list[str]:
@@ -162,28 +195,13 @@ def test_reduce_overhead_compiled_patched_step_matches_compiled_without_graphs(n
     torch._dynamo.reset()
     counters.clear()
     model, fresh_batch = replknet()
-    plain = copy.deepcopy(model)
     names = merged_layers(model, fresh_batch()[0])
-    graphed, compiled = torch.compile(model, mode="reduce-overhead"), torch.compile(plain)
-    logs = []
-    for _ in range(COMPILED_STEPS):
-        x, target = fresh_batch()
-        torch.compiler.cudagraph_mark_step_begin()
-        model.zero_grad(set_to_none=True)
-        with convwgrad.record_launches() as log:
-            autocast_step(graphed, x, target)
-        torch.cuda.synchronize()
-        got = grads(model)  # copies: the next replay overwrites the graph's outputs
-        logs.append([r.family for r in log])
-        plain.zero_grad(set_to_none=True)
-        autocast_step(compiled, x, target)
-        torch.cuda.synchronize()
-        want = grads(plain)
-        assert_within_bf16_noise(got, want, fp32_reference_grads(plain, x, target), what="reduce-overhead vs default")
+    steps = reduce_overhead_steps(model, fresh_batch)
+    for _, got, want in steps:
         for name in names:
             err = relative_error(got[f"{name}.weight"], want[f"{name}.weight"].double())
             assert err <= TOLERANCE["bf16"], f"{name}: dW with CUDA graphs vs without {err:.2e}"
-    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor did not use CUDA graphs"
+    logs = [families for families, _, _ in steps]
     assert logs[0] == [ROUTED_FAMILY] * 2, logs  # warm-up: the op runs as compiled code
     assert logs[-1] == [], logs  # replayed: convwgrad's launches are inside the recorded graph
 
@@ -201,36 +219,12 @@ def test_reduce_overhead_compiled_cudnn_planned_stack_matches_compiled_without_g
 
     torch._dynamo.reset()
     counters.clear()
-    stock, (channels, size) = build(stack)
-    model = convwgrad.patch(stock.cuda().to(memory_format=torch.channels_last))
-    plain = copy.deepcopy(model)
-    g = torch.Generator(device="cuda").manual_seed(4)
-
-    def fresh_batch(batch=16):
-        x = torch.randn(batch, channels, size, size, device="cuda", generator=g)
-        return x.contiguous(memory_format=torch.channels_last), torch.randint(0, 10, (batch,), device="cuda", generator=g)
-
+    model, fresh_batch = patched_stack(stack, seed=4)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         families = {p.family for _, p in convwgrad.layer_plans(model, fresh_batch()[0])}
     assert families == {"aten"}, families
-    clear_prepared_calls()
-    graphed, compiled = torch.compile(model, mode="reduce-overhead"), torch.compile(plain)
-    logs = []
-    for _ in range(COMPILED_STEPS):
-        x, target = fresh_batch()
-        torch.compiler.cudagraph_mark_step_begin()
-        model.zero_grad(set_to_none=True)
-        with convwgrad.record_launches() as log:
-            autocast_step(graphed, x, target)
-        torch.cuda.synchronize()
-        got = grads(model)
-        logs.append({r.family for r in log})
-        plain.zero_grad(set_to_none=True)
-        autocast_step(compiled, x, target)
-        torch.cuda.synchronize()
-        assert_within_bf16_noise(got, grads(plain), fp32_reference_grads(plain, x, target),
-                                 what="reduce-overhead vs default")
-    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor did not use CUDA graphs"
+    steps = reduce_overhead_steps(model, fresh_batch, before_compile=clear_prepared_calls)
+    logs = [set(families) for families, _, _ in steps]
     assert logs[0] == {"aten"} and logs[-1] == set(), logs
 
 

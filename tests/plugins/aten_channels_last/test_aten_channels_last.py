@@ -100,9 +100,9 @@ def test_opt_in_it_is_never_routed_before_it_is_measured(target):
 
 
 def test_a_patched_nchw_model_routed_to_the_family_trains_like_stock(no_tf32):
-    """The whole path a model run of tools/route_nchw.py takes: a selector plugin routes the NCHW
-    grouped layers to this family, the patched backward runs it (its operands as autograd hands
-    them over), and every gradient matches the stock model's."""
+    """The whole path a model run with tools/route_experiments.py:nchw_to_channels_last takes: a
+    selector plugin routes the NCHW grouped layers to this family, the patched backward runs it
+    (its operands as autograd hands them over), and every gradient matches the stock model's."""
     import copy
 
     import torch.nn.functional as F

@@ -1,0 +1,74 @@
+"""Experiments' selector plugins: each gives one class of layer to one family on CUDA, on top of
+the built-in router, so that a model run shows what routing that class would give. Not routing
+rules (no aten fallback, thresholds only where said); a measurement decides what goes into
+selectors/routing.py. Register one with ``tools/step_bench.py --plugin tools/route_experiments.py:NAME``:
+
+``dilated_to_shifted``: every dilated 2-D depthwise layer to the shifted family. Measured alone
+(H200, bf16 channels_last, N=32, 28x28 C160 7x7 d2, graph replay): shifted 73 us, merged 146,
+cuDNN 426. In UniRepLKNet-T (session 5): 1.30x over stock at N=128, 0.98x at N=32; the built-in
+rule now routes the 7x7 dilation-2 branches of >= 2.5e8 multiply-adds (1.21x at N=128).
+
+    python tools/step_bench.py --same-model --with-control --models unireplknet_t:128 \\
+        --plugin tools/route_experiments.py:dilated_to_shifted
+
+``small_dilated_to_merged``: dilated 2-D depthwise filters below the built-in rule's 49 taps
+(UniRepLKNet's 3x3 dilation-3..5 branches) with at least MERGED_FROM_MACS multiply-adds to the
+merged family, measured 3.8-5.5x cuDNN on them alone:
+
+    python tools/step_bench.py --same-model --with-control --models unireplknet_t:32,unireplknet_t:128 \\
+        --layouts channels_last --plugin tools/route_experiments.py:small_dilated_to_merged
+
+``nchw_to_channels_last``: NCHW 2-D depthwise layers to the aten channels_last family (input and
+grad_output copied to channels_last, then cuDNN's channels_last dW). For bf16 NCHW depthwise
+layers torch runs its own NCHW kernel, not cuDNN (issue 10: a median 33x above the floor, 2.8x
+slower than cuDNN channels_last):
+
+    python tools/step_bench.py --same-model --with-control --layouts contiguous \\
+        --models convnext_tiny:64 --plugin tools/route_experiments.py:nchw_to_channels_last
+
+(Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
+and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
+"""
+
+import math
+
+from convwgrad.provider.hookspecs import hookimpl
+from convwgrad.provider.registry import Choice
+from convwgrad.selectors.routing import DILATED_SHIFTED_FROM_TAPS
+
+#: UniRepLKNet-T's 3x3 dilated branches: 1.4e8 / 7.2e7 / 3.6e7 multiply-adds at N=128 (stages 2-4),
+#: 3.6e7 and less at N=32, whose host-bound step lost with dilated branches routed: this bound
+#: takes stages 2 and 3 at N=128 (36 layers) and nothing at N=32.
+MERGED_FROM_MACS = 50_000_000
+
+
+class RouteExperiment:
+    """Gives the 2-D depthwise CUDA problems ``applies(problem)`` accepts to ``family``'s first
+    admitted candidate; leaves every other problem to the router."""
+
+    def __init__(self, name: str, family: str, what: str, applies):
+        self.name, self.family, self.what, self.applies = name, family, what, applies
+
+    @hookimpl(tryfirst=True)
+    def convwgrad_select(self, problem, target, candidates, families):
+        if target.backend != "cuda" or problem.spatial_dims != 2 or problem.cpg != 1 or not self.applies(problem):
+            return None
+        spec = next((s for s, verdict in candidates if verdict and s.family == self.family), None)
+        if spec is None:
+            return None
+        return Choice(spec=spec, rule=f"experiment (tools/route_experiments.py:{self.name}): {self.what} to "
+                                      f"{self.family}; first admitted candidate")
+
+
+def _dilated(problem) -> bool:
+    return any(d > 1 for d in problem.dilation)
+
+
+dilated_to_shifted = RouteExperiment("dilated_to_shifted", "wgrad_shifted", "dilated 2-D depthwise", _dilated)
+small_dilated_to_merged = RouteExperiment(
+    "small_dilated_to_merged", "wgrad_merged",
+    f"dilated 2-D depthwise below {DILATED_SHIFTED_FROM_TAPS} taps, >= {MERGED_FROM_MACS:.1e} multiply-adds",
+    lambda p: _dilated(p) and math.prod(p.filter_size) < DILATED_SHIFTED_FROM_TAPS
+    and p.flops // 2 >= MERGED_FROM_MACS)
+nchw_to_channels_last = RouteExperiment("nchw_to_channels_last", "aten_channels_last", "NCHW 2-D depthwise",
+                                        lambda p: p.layout == "contiguous")
