@@ -26,6 +26,7 @@
 #            in NCHW with tools/route_experiments.py:nchw_to_channels_last routing their depthwise layers to it
 #   dilated3 UniRepLKNet-T b32/b128 CL with tools/route_experiments.py:small_dilated_to_merged (3x3 dilated branches of
 #            >= 5e7 multiply-adds to merged) on top of the built-in router
+#   rolling  the rolling-window direct kernel prototype (tools/proto_rolling.py) beside cuDNN on 8 small-filter layers
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
@@ -148,6 +149,8 @@ PY
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
         --plugin tools/route_experiments.py:small_dilated_to_merged --models unireplknet_t:32,unireplknet_t:128 \
         --json "$OUT/steps_dilated3.json" 2>&1 | grep -v Warn | tee "$OUT/steps_dilated3.txt" ;;
+    rolling)
+      timeout 280 python3 tools/proto_rolling.py --bench --json "$OUT/rolling.json" 2>&1 | grep -v Warn | tee "$OUT/rolling.txt" ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

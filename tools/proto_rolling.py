@@ -1,0 +1,319 @@
+"""Prototype of a third direct kernel for issue 10: the rolling window (input rows held in registers).
+
+The sliding kernel (convwgrad/plugins/wgrad_direct/sliding.py) walks one output row at a time and
+loads, for every step, all FY filter rows of its input window again: each input element is loaded
+~FY x (BW + FX - 1) / BW times (12x for 7x7 at 8 columns), from L1/L2. Measured 3x slower than
+cuDNN on ConvNeXt 56x56 C96 (session 1), with the tile kernel latency-bound at low occupancy (ncu).
+
+This kernel fixes the program's column strip (BW output columns) and walks DOWN the output rows of
+an image: the FY - SH input rows the next output row shares with this one stay in registers
+(converted to fp32 once), so each step loads SH new input rows (BW*SW + (FX-1)*DW columns each) and
+BW grad_output columns, then runs FY*FX*BW FMAs a channel. Column masks are fixed for a strip
+(computed once a unit), row masks are one scalar a loaded row. Stride and dilation in width are
+baked into the generated source; dilation in height must be 1 (rows are rolled one stride at a time).
+
+Work units are (image, row chunk, strip); a program owns a channel block and walks UNITS_PER_PROG
+units, each with a prologue that loads the window's first FY - SH rows. One fp32 partial a program:
+[split, C, FY, FX], summed in order afterwards (deterministic).
+
+Usage:
+  TRITON_INTERPRET=1 python tools/proto_rolling.py --check-cpu      # tiny shapes, float64 reference
+  python tools/proto_rolling.py --bench [--json FILE]                # GPU: correctness + graph/eager vs cuDNN
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import sys
+import tempfile
+
+import torch
+import triton
+
+KERNEL_NAME = "_wgrad_direct_rolling_kernel"
+
+_HEAD = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def {name}(
+    X, DY, OUT,
+    H, W, OH, OW, PAD_H, PAD_W, C_OUT, KPG,
+    ROW_CHUNK, CHUNKS, STRIPS, UNITS, UNITS_PER_PROG,
+    stride_xn, stride_xc, stride_xh, stride_xw,
+    stride_dyn, stride_dyc, stride_dyh, stride_dyw,
+    stride_os, stride_ok, stride_oy, stride_ox,
+    BLOCK_C: tl.constexpr, HAS_CHANNEL_TAIL: tl.constexpr,
+):
+    # Generated: filter {fy}x{fx}, stride ({sh}, {sw}), dilation_w {dw}, {bw} columns a strip.
+    pid_c = tl.program_id(0)
+    split = tl.program_id(1)
+    chans = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    chan_ok = chans < C_OUT
+    x_chan = X + (chans // KPG) * stride_xc
+    dy_chan = DY + chans * stride_dyc
+    ZERO = split * 0
+'''
+
+
+def _source(fy: int, fx: int, sh: int, sw: int, dw: int, bw: int) -> str:
+    offsets = sorted({w * sw + kx * dw for w in range(bw) for kx in range(fx)})
+    kept = max(0, fy - sh)            # rows carried from one output row to the next
+    fresh = fy - kept                 # rows loaded each step
+    p = " " * 4
+    lines = [_HEAD.format(name=KERNEL_NAME, fy=fy, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw)]
+    for ky in range(fy):
+        for kx in range(fx):
+            lines.append(f"{p}acc_{ky}_{kx} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+    for o in offsets:
+        lines.append(f"{p}off_{o} = {o} * stride_xw")
+    # Carried rows start as zeros (their real values are loaded by each unit's prologue).
+    for j in range(kept):
+        for o in offsets:
+            lines.append(f"{p}r{j}_{o} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+    lines.append(f"{p}u_lo = split * UNITS_PER_PROG")
+    lines.append(f"{p}u_hi = tl.minimum(u_lo + UNITS_PER_PROG, UNITS)")
+    lines.append(f"{p}for u_counter in range(u_lo, u_hi):")
+    q = " " * 8
+    lines += [
+        f"{q}u = u_counter + ZERO",
+        f"{q}strip = u % STRIPS",
+        f"{q}rest = u // STRIPS",
+        f"{q}chunk = rest % CHUNKS",
+        f"{q}n = (rest // CHUNKS).to(tl.int64)",
+        f"{q}ow0 = strip * {bw}",
+        f"{q}ix0 = ow0 * {sw} - PAD_W",
+        f"{q}x_img = x_chan + n * stride_xn + ix0 * stride_xw",
+        f"{q}dy_img = dy_chan + n * stride_dyn + ow0 * stride_dyw",
+    ]
+    for o in offsets:
+        lines.append(f"{q}cm_{o} = tl.where((ix0 + {o} >= 0) & (ix0 + {o} < W), chan_ok, False)")
+    for w in range(bw):
+        lines.append(f"{q}dm_{w} = tl.where(ow0 + {w} < OW, chan_ok, False)")
+    lines.append(f"{q}oh_lo = chunk * ROW_CHUNK")
+    lines.append(f"{q}oh_hi = tl.minimum(oh_lo + ROW_CHUNK, OH)")
+    # Prologue: the rows the first output row of the chunk shares with the (virtual) row above it.
+    lines.append(f"{q}iy_top = oh_lo * {sh} - PAD_H")
+    for j in range(kept):
+        lines.append(f"{q}iy = iy_top + {j}")
+        lines.append(f"{q}row_ok = (iy >= 0) & (iy < H)")
+        lines.append(f"{q}row_ptr = x_img + iy * stride_xh")
+        for o in offsets:
+            lines.append(f"{q}r{j}_{o} = tl.load(row_ptr + off_{o}, mask=tl.where(row_ok, cm_{o}, False), other=0.0).to(tl.float32)")
+    lines.append(f"{q}for oh_counter in range(oh_lo, oh_hi):")
+    b = " " * 12
+    lines.append(f"{b}oh = oh_counter + ZERO")
+    lines.append(f"{b}dy_row = dy_img + oh * stride_dyh")
+    for w in range(bw):
+        lines.append(f"{b}dv_{w} = tl.load(dy_row + {w} * stride_dyw, mask=dm_{w}, other=0.0).to(tl.float32)")
+    lines.append(f"{b}iy_top = oh * {sh} - PAD_H")
+    for f in range(fresh):
+        ky = kept + f
+        lines.append(f"{b}iy = iy_top + {ky}")
+        lines.append(f"{b}row_ok = (iy >= 0) & (iy < H)")
+        lines.append(f"{b}row_ptr = x_img + iy * stride_xh")
+        for o in offsets:
+            lines.append(f"{b}n{f}_{o} = tl.load(row_ptr + off_{o}, mask=tl.where(row_ok, cm_{o}, False), other=0.0).to(tl.float32)")
+
+    def row_name(ky: int, o: int) -> str:
+        return f"r{ky}_{o}" if ky < kept else f"n{ky - kept}_{o}"
+
+    for ky in range(fy):
+        for kx in range(fx):
+            for w in range(bw):
+                lines.append(f"{b}acc_{ky}_{kx} += {row_name(ky, w * sw + kx * dw)} * dv_{w}")
+    # Roll: carried row j of the next output row is row j + SH of this one.
+    for j in range(kept):
+        for o in offsets:
+            lines.append(f"{b}r{j}_{o} = {row_name(j + sh, o)}")
+    lines.append(f"{p}out = OUT + split.to(tl.int64) * stride_os + chans * stride_ok")
+    store_mask = "chan_ok" if True else "None"
+    for ky in range(fy):
+        for kx in range(fx):
+            lines.append(f"{p}tl.store(out + ({ky} * stride_oy + {kx} * stride_ox), acc_{ky}_{kx}, mask={store_mask})")
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def rolling_kernel(fy, fx, sh, sw, dw, bw):
+    source = _source(fy, fx, sh, sw, dw, bw)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    name = f"convwgrad_direct_rolling_{digest}"
+    directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name + ".py")
+    if not os.path.exists(path) or open(path).read() != source:
+        with open(path + ".tmp", "w") as f:
+            f.write(source)
+        os.replace(path + ".tmp", path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, KERNEL_NAME)
+
+
+def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=None, target_programs=None,
+         sms=132):
+    n, c, h, w = x_shape
+    oh = (h + 2 * pad - k) // stride + 1
+    ow = (w + 2 * pad - k) // stride + 1
+    strips = triton.cdiv(ow, bw)
+    cblocks = triton.cdiv(c_out, block_c)
+    target_programs = target_programs or sms * 16
+    if row_chunk is None:  # whole images, or chunks of >= 2k rows where images alone leave the GPU idle
+        wanted = triton.cdiv(target_programs, cblocks * n * strips)
+        row_chunk = max(min(oh, 2 * k), triton.cdiv(oh, wanted))
+    chunks = triton.cdiv(oh, row_chunk)
+    units = n * chunks * strips
+    split = max(1, min(units, triton.cdiv(target_programs, cblocks)))
+    per = triton.cdiv(units, split)
+    split = triton.cdiv(units, per)
+    return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, cblocks=cblocks,
+                split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps)
+
+
+def run(x, dy, k, stride, pad, cfg, *, dilation=1, out=None):
+    """dW (fp32, [C, 1, k, k]) of a depthwise 2-D conv (groups = C_in, KPG = C_out / C_in)."""
+    n, c, h, w = x.shape
+    c_out = dy.shape[1]
+    kern = rolling_kernel(k, k, stride, stride, dilation, cfg["bw"])
+    if out is None:
+        out = torch.empty((cfg["split"], c_out, k, k), device=x.device, dtype=torch.float32)
+    grid = (cfg["cblocks"], cfg["split"])
+    kern[grid](x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c_out, c_out // c,
+               cfg["row_chunk"], cfg["chunks"], cfg["strips"], cfg["units"], cfg["per"],
+               *x.stride(), *dy.stride(), *out.stride()[:2], *out.stride()[2:],
+               BLOCK_C=cfg["block_c"], HAS_CHANNEL_TAIL=c_out % cfg["block_c"] != 0, num_warps=cfg["num_warps"])
+    return out
+
+
+def reference(x, dy, k, stride, pad, dilation=1):
+    c = x.shape[1]
+    return torch.nn.grad.conv2d_weight(x.double(), (dy.shape[1], 1, k, k), dy.double(), stride=stride,
+                                       padding=pad, dilation=dilation, groups=c)
+
+
+def rel(a, b):
+    return float((a.double() - b).norm() / b.norm())
+
+
+def check_cpu():
+    torch.manual_seed(0)
+    cases = [((2, 4, 7, 9), 3, 1, 1, 4, 2), ((1, 4, 6, 6), 3, 2, 1, 4, 4), ((2, 8, 9, 5), 5, 1, 2, 4, 2),
+             ((1, 2, 8, 8), 7, 1, 3, 2, 4), ((2, 4, 5, 11), 3, 1, 0, 8, 2), ((1, 4, 9, 9), 3, 2, 0, 4, 2)]
+    for shape, k, s, p, bc, bw in cases:
+        x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+        oh = (shape[2] + 2 * p - k) // s + 1
+        ow = (shape[3] + 2 * p - k) // s + 1
+        dy = torch.randn(shape[0], shape[1], oh, ow).contiguous(memory_format=torch.channels_last)
+        for row_chunk in (None, 2):
+            cfg = plan(shape, k, s, p, shape[1], block_c=bc, bw=bw, row_chunk=row_chunk, target_programs=3)
+            out = run(x, dy, k, s, p, cfg)
+            got = out.sum(0, keepdim=False).unsqueeze(1)
+            err = rel(got, reference(x, dy, k, s, p))
+            print(f"{shape} k{k} s{s} p{p} bc{bc} bw{bw} chunk{row_chunk} split{cfg['split']}: err {err:.1e}")
+            assert err < 1e-5, err
+
+
+#: ConvNeXt-T (N=64) and MobileNetV2/EfficientNet layers, bf16 channels_last.
+LAYERS = [
+    ("convnext-56-c96-k7", (64, 96, 56, 56), 7, 1),
+    ("convnext-28-c192-k7", (64, 192, 28, 28), 7, 1),
+    ("convnext-14-c384-k7", (64, 384, 14, 14), 7, 1),
+    ("convnext-7-c768-k7", (64, 768, 7, 7), 7, 1),
+    ("mbv2-56-c144-k3", (32, 144, 56, 56), 3, 1),
+    ("mbv2-112-c96-k3-s2", (32, 96, 112, 112), 3, 2),
+    ("effb0-28-c240-k5", (32, 240, 28, 28), 5, 1),
+    ("effb0-14-c672-k5", (32, 672, 14, 14), 5, 1),
+]
+
+
+def configs_for(c, k):
+    """(channels a program, warps, columns a strip): one channel a thread (2-byte loads) everywhere, two
+    (4-byte) where the window is small (3x3)."""
+    if k >= 7:
+        tiles = ((32, 1, 4), (32, 1, 8), (64, 2, 4), (128, 4, 4))
+    elif k >= 5:
+        tiles = ((32, 1, 4), (32, 1, 8), (64, 2, 8), (64, 1, 4))
+    else:
+        tiles = ((32, 1, 8), (32, 1, 16), (64, 1, 8), (128, 2, 8), (64, 2, 16))
+    return [dict(block_c=bc, num_warps=nw, bw=bw) for bc, nw, bw in tiles]
+
+
+def bench(json_path):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from step_bench import _eager_time_us, _graph_time_us
+
+    results = []
+    for name, shape, k, s in LAYERS:
+        torch.manual_seed(0)
+        pad = k // 2
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        oh = (shape[2] + 2 * pad - k) // s + 1
+        dy = torch.randn(shape[0], shape[1], oh, oh, device="cuda", dtype=torch.bfloat16).contiguous(
+            memory_format=torch.channels_last)
+        ref = reference(x, dy, k, s, pad)
+        weight = torch.empty((shape[1], 1, k, k), device="cuda", dtype=torch.bfloat16).contiguous(
+            memory_format=torch.channels_last)
+
+        def cudnn():
+            return torch.ops.aten.convolution_backward(dy, x, weight, None, [s, s], [pad, pad], [1, 1], False,
+                                                       [0, 0], shape[1], [False, True, False])[1]
+
+        base_g, base_e = _graph_time_us(cudnn), _eager_time_us(cudnn)
+        moved = (x.numel() + dy.numel()) * 2
+        floor = max(moved / 4.25e12, x.shape[0] * shape[1] * oh * oh * k * k / 33.5e12) * 1e6
+        print(f"\n{name}: cuDNN graph {base_g:.1f} us eager {base_e:.1f}  (CUDA-core floor {floor:.1f} us)", flush=True)
+        row = dict(layer=name, cudnn_graph_us=base_g, cudnn_eager_us=base_e, floor_us=floor, variants=[])
+        for cfg_args in configs_for(shape[1], k):
+            cfg = plan(shape, k, s, pad, shape[1], **cfg_args)
+            ws = torch.full((cfg["split"], shape[1], k, k), float("nan"), device="cuda")
+            try:
+                run(x, dy, k, s, pad, cfg, out=ws)
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 (a prototype: report and go on)
+                print(f"  {cfg_args}: failed {type(e).__name__}: {str(e)[:200]}")
+                continue
+            written = not torch.isnan(ws).any().item()
+            err = rel(ws.sum(0).unsqueeze(1), ref)
+
+            def call():
+                return run(x, dy, k, s, pad, cfg, out=ws).sum(0).to(torch.bfloat16)
+
+            g, e = _graph_time_us(call), _eager_time_us(call)
+            kern = rolling_kernel(k, k, s, s, 1, cfg["bw"])
+            regs = spills = None
+            try:
+                compiled = list(kern.device_caches[0][0].values())[-1]
+                regs, spills = compiled.n_regs, compiled.n_spills
+            except Exception:  # noqa: BLE001
+                pass
+            label = f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} split{cfg['split']} per{cfg['per']}"
+            print(f"  {label:40s} graph {g:8.1f} us ({base_g / g:5.2f}x cuDNN)  eager {e:8.1f} ({base_e / e:5.2f}x)  "
+                  f"{g / floor:5.1f}x floor  err {err:.1e} written {written} regs {regs} spills {spills}", flush=True)
+            row["variants"].append(dict(label=label, graph_us=g, eager_us=e, err=err, written=written, regs=regs,
+                                        spills=spills))
+        results.append(row)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check-cpu", action="store_true")
+    parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.check_cpu:
+        check_cpu()
+    if args.bench:
+        bench(args.json)
