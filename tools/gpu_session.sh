@@ -27,6 +27,9 @@
 #   dilated3 UniRepLKNet-T b32/b128 CL with tools/route_experiments.py:small_dilated_to_merged (3x3 dilated branches of
 #            >= 5e7 multiply-adds to merged) on top of the built-in router
 #   rolling  the rolling-window direct kernel prototype (tools/proto_rolling.py) beside cuDNN on 8 small-filter layers
+#   rules6   session 6's two routing rules in the models they were measured for: EfficientNet-B0 NCHW
+#            (5x5 layers copied to channels_last) and UniRepLKNet-T N=128 CL (3x3 dilated branches to merged),
+#            and the aten channels_last family's GPU tests (its error against stock torch's)
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
@@ -151,6 +154,15 @@ PY
         --json "$OUT/steps_dilated3.json" 2>&1 | grep -v Warn | tee "$OUT/steps_dilated3.txt" ;;
     rolling)
       timeout 280 python3 tools/proto_rolling.py --bench --json "$OUT/rolling.json" 2>&1 | grep -v Warn | tee "$OUT/rolling.txt" ;;
+    rules6)
+      OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/aten_channels_last -m gpu -q -p no:cacheprovider \
+        -n 4 2>&1 | tee "$OUT/pytest_relayout.txt" | grep -E "FAILED|ERROR|passed|failed|relative error" | tail -12
+      timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts contiguous \
+        --models efficientnet_b0:128,convnext_tiny:64 --json "$OUT/steps_rule_nchw.json" 2>&1 | grep -v Warn \
+        | tee "$OUT/steps_rule_nchw.txt"
+      timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
+        --models unireplknet_t:128 --json "$OUT/steps_rule_dilated3.json" 2>&1 | grep -v Warn \
+        | tee "$OUT/steps_rule_dilated3.txt" ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

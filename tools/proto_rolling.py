@@ -38,50 +38,59 @@ import triton
 
 KERNEL_NAME = "_wgrad_direct_rolling_kernel"
 
-_HEAD = '''import triton
+_HEAD = """import triton
 import triton.language as tl
 
 
 @triton.jit
 def {name}(
     X, DY, OUT,
-    H, W, OH, OW, PAD_H, PAD_W, C_OUT, KPG,
+    H, W, OH, OW, PAD_H, PAD_W, C_OUT, KPG, FY,
     ROW_CHUNK, CHUNKS, STRIPS, UNITS, UNITS_PER_PROG,
     stride_xn, stride_xc, stride_xh, stride_xw,
     stride_dyn, stride_dyc, stride_dyh, stride_dyw,
     stride_os, stride_ok, stride_oy, stride_ox,
     BLOCK_C: tl.constexpr, HAS_CHANNEL_TAIL: tl.constexpr,
 ):
-    # Generated: filter {fy}x{fx}, stride ({sh}, {sw}), dilation_w {dw}, {bw} columns a strip.
+    # Generated: {fyb} filter rows of {fx} taps a program, stride ({sh}, {sw}), dilation_w {dw},
+    # {bw} columns a strip, prefetch {prefetch}.
     pid_c = tl.program_id(0)
     split = tl.program_id(1)
+    ky0 = tl.program_id(2) * {fyb}
     chans = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     chan_ok = chans < C_OUT
     x_chan = X + (chans // KPG) * stride_xc
     dy_chan = DY + chans * stride_dyc
     ZERO = split * 0
-'''
+"""
 
 
-def _source(fy: int, fx: int, sh: int, sw: int, dw: int, bw: int) -> str:
+def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: bool) -> str:
+    """Kernel source for ``fyb`` filter rows a program (rows ky0 .. ky0 + fyb - 1 of the filter,
+    ky0 = program_id(2) * fyb; rows past FY are computed and not stored)."""
     offsets = sorted({w * sw + kx * dw for w in range(bw) for kx in range(fx)})
-    kept = max(0, fy - sh)            # rows carried from one output row to the next
-    fresh = fy - kept                 # rows loaded each step
-    p = " " * 4
-    lines = [_HEAD.format(name=KERNEL_NAME, fy=fy, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw)]
-    for ky in range(fy):
+    kept = max(0, fyb - sh)           # rows carried from one output row to the next
+    fresh = fyb - kept                # rows loaded each step
+    p, q, b = " " * 4, " " * 8, " " * 12
+    lines = [_HEAD.format(name=KERNEL_NAME, fyb=fyb, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw, prefetch=prefetch)]
+    for ky in range(fyb):
         for kx in range(fx):
             lines.append(f"{p}acc_{ky}_{kx} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
     for o in offsets:
         lines.append(f"{p}off_{o} = {o} * stride_xw")
-    # Carried rows start as zeros (their real values are loaded by each unit's prologue).
+    # Loop-carried values start as zeros (each unit's prologue loads their real values).
     for j in range(kept):
         for o in offsets:
             lines.append(f"{p}r{j}_{o} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+    if prefetch:
+        for f in range(fresh):
+            for o in offsets:
+                lines.append(f"{p}p{f}_{o} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+        for w in range(bw):
+            lines.append(f"{p}pd_{w} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
     lines.append(f"{p}u_lo = split * UNITS_PER_PROG")
     lines.append(f"{p}u_hi = tl.minimum(u_lo + UNITS_PER_PROG, UNITS)")
     lines.append(f"{p}for u_counter in range(u_lo, u_hi):")
-    q = " " * 8
     lines += [
         f"{q}u = u_counter + ZERO",
         f"{q}strip = u % STRIPS",
@@ -99,33 +108,50 @@ def _source(fy: int, fx: int, sh: int, sw: int, dw: int, bw: int) -> str:
         lines.append(f"{q}dm_{w} = tl.where(ow0 + {w} < OW, chan_ok, False)")
     lines.append(f"{q}oh_lo = chunk * ROW_CHUNK")
     lines.append(f"{q}oh_hi = tl.minimum(oh_lo + ROW_CHUNK, OH)")
-    # Prologue: the rows the first output row of the chunk shares with the (virtual) row above it.
-    lines.append(f"{q}iy_top = oh_lo * {sh} - PAD_H")
-    for j in range(kept):
-        lines.append(f"{q}iy = iy_top + {j}")
-        lines.append(f"{q}row_ok = (iy >= 0) & (iy < H)")
-        lines.append(f"{q}row_ptr = x_img + iy * stride_xh")
-        for o in offsets:
-            lines.append(f"{q}r{j}_{o} = tl.load(row_ptr + off_{o}, mask=tl.where(row_ok, cm_{o}, False), other=0.0).to(tl.float32)")
+
+    def load_rows(indent, names, first_ky, oh_expr, extra_ok=None):
+        out = [f"{indent}iy_top = ({oh_expr}) * {sh} - PAD_H + ky0"]
+        for i, name in enumerate(names):
+            out.append(f"{indent}iy = iy_top + {first_ky + i}")
+            ok = "(iy >= 0) & (iy < H)" + (f" & ({extra_ok})" if extra_ok else "")
+            out.append(f"{indent}row_ok = {ok}")
+            out.append(f"{indent}row_ptr = x_img + iy * stride_xh")
+            for o in offsets:
+                out.append(f"{indent}{name}_{o} = tl.load(row_ptr + off_{o}, mask=tl.where(row_ok, cm_{o}, False), "
+                           f"other=0.0).to(tl.float32)")
+        return out
+
+    def load_dy(indent, name, oh_expr, extra_ok=None):
+        out = [f"{indent}dy_row = dy_img + ({oh_expr}) * stride_dyh"]
+        for w in range(bw):
+            mask = f"tl.where({extra_ok}, dm_{w}, False)" if extra_ok else f"dm_{w}"
+            out.append(f"{indent}{name}_{w} = tl.load(dy_row + {w} * stride_dyw, mask={mask}, other=0.0).to(tl.float32)")
+        return out
+
+    # Prologue: the rows the chunk's first output row shares with the (virtual) row above it.
+    lines += load_rows(q, [f"r{j}" for j in range(kept)], 0, "oh_lo")
+    if prefetch:  # ...and the first step's fresh rows and grad_output
+        lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "oh_lo")
+        lines += load_dy(q, "pd", "oh_lo")
     lines.append(f"{q}for oh_counter in range(oh_lo, oh_hi):")
-    b = " " * 12
     lines.append(f"{b}oh = oh_counter + ZERO")
-    lines.append(f"{b}dy_row = dy_img + oh * stride_dyh")
-    for w in range(bw):
-        lines.append(f"{b}dv_{w} = tl.load(dy_row + {w} * stride_dyw, mask=dm_{w}, other=0.0).to(tl.float32)")
-    lines.append(f"{b}iy_top = oh * {sh} - PAD_H")
-    for f in range(fresh):
-        ky = kept + f
-        lines.append(f"{b}iy = iy_top + {ky}")
-        lines.append(f"{b}row_ok = (iy >= 0) & (iy < H)")
-        lines.append(f"{b}row_ptr = x_img + iy * stride_xh")
-        for o in offsets:
-            lines.append(f"{b}n{f}_{o} = tl.load(row_ptr + off_{o}, mask=tl.where(row_ok, cm_{o}, False), other=0.0).to(tl.float32)")
+    if prefetch:
+        # this step's operands were loaded a step ago; issue the next step's now
+        for f in range(fresh):
+            for o in offsets:
+                lines.append(f"{b}n{f}_{o} = p{f}_{o}")
+        for w in range(bw):
+            lines.append(f"{b}dv_{w} = pd_{w}")
+        lines += load_rows(b, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi")
+        lines += load_dy(b, "pd", "oh + 1", "oh + 1 < oh_hi")
+    else:
+        lines += load_dy(b, "dv", "oh")
+        lines += load_rows(b, [f"n{f}" for f in range(fresh)], kept, "oh")
 
     def row_name(ky: int, o: int) -> str:
         return f"r{ky}_{o}" if ky < kept else f"n{ky - kept}_{o}"
 
-    for ky in range(fy):
+    for ky in range(fyb):
         for kx in range(fx):
             for w in range(bw):
                 lines.append(f"{b}acc_{ky}_{kx} += {row_name(ky, w * sw + kx * dw)} * dv_{w}")
@@ -134,16 +160,16 @@ def _source(fy: int, fx: int, sh: int, sw: int, dw: int, bw: int) -> str:
         for o in offsets:
             lines.append(f"{b}r{j}_{o} = {row_name(j + sh, o)}")
     lines.append(f"{p}out = OUT + split.to(tl.int64) * stride_os + chans * stride_ok")
-    store_mask = "chan_ok" if True else "None"
-    for ky in range(fy):
+    for ky in range(fyb):
         for kx in range(fx):
-            lines.append(f"{p}tl.store(out + ({ky} * stride_oy + {kx} * stride_ox), acc_{ky}_{kx}, mask={store_mask})")
+            lines.append(f"{p}tl.store(out + ((ky0 + {ky}) * stride_oy + {kx} * stride_ox), acc_{ky}_{kx}, "
+                         f"mask=tl.where(ky0 + {ky} < FY, chan_ok, False))")
     return "\n".join(lines) + "\n"
 
 
 @functools.lru_cache(maxsize=None)
-def rolling_kernel(fy, fx, sh, sw, dw, bw):
-    source = _source(fy, fx, sh, sw, dw, bw)
+def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False):
+    source = _source(fyb, fx, sh, sw, dw, bw, prefetch)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"convwgrad_direct_rolling_{digest}"
     directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
@@ -161,12 +187,13 @@ def rolling_kernel(fy, fx, sh, sw, dw, bw):
 
 
 def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=None, target_programs=None,
-         sms=132):
+         sms=132, fyb=None, prefetch=False):
     n, c, h, w = x_shape
+    fyb = fyb or k
     oh = (h + 2 * pad - k) // stride + 1
     ow = (w + 2 * pad - k) // stride + 1
     strips = triton.cdiv(ow, bw)
-    cblocks = triton.cdiv(c_out, block_c)
+    cblocks = triton.cdiv(c_out, block_c) * triton.cdiv(k, fyb)  # programs a unit: channel and filter-row blocks
     target_programs = target_programs or sms * 16
     if row_chunk is None:  # whole images, or chunks of >= 2k rows where images alone leave the GPU idle
         wanted = triton.cdiv(target_programs, cblocks * n * strips)
@@ -177,18 +204,18 @@ def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=
     per = triton.cdiv(units, split)
     split = triton.cdiv(units, per)
     return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, cblocks=cblocks,
-                split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps)
+                split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps, fyb=fyb, prefetch=prefetch)
 
 
 def run(x, dy, k, stride, pad, cfg, *, dilation=1, out=None):
     """dW (fp32, [C, 1, k, k]) of a depthwise 2-D conv (groups = C_in, KPG = C_out / C_in)."""
     n, c, h, w = x.shape
     c_out = dy.shape[1]
-    kern = rolling_kernel(k, k, stride, stride, dilation, cfg["bw"])
+    kern = rolling_kernel(cfg["fyb"], k, stride, stride, dilation, cfg["bw"], cfg["prefetch"])
     if out is None:
         out = torch.empty((cfg["split"], c_out, k, k), device=x.device, dtype=torch.float32)
-    grid = (cfg["cblocks"], cfg["split"])
-    kern[grid](x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c_out, c_out // c,
+    grid = (triton.cdiv(c_out, cfg["block_c"]), cfg["split"], triton.cdiv(k, cfg["fyb"]))
+    kern[grid](x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c_out, c_out // c, k,
                cfg["row_chunk"], cfg["chunks"], cfg["strips"], cfg["units"], cfg["per"],
                *x.stride(), *dy.stride(), *out.stride()[:2], *out.stride()[2:],
                BLOCK_C=cfg["block_c"], HAS_CHANNEL_TAIL=c_out % cfg["block_c"] != 0, num_warps=cfg["num_warps"])
@@ -214,12 +241,14 @@ def check_cpu():
         oh = (shape[2] + 2 * p - k) // s + 1
         ow = (shape[3] + 2 * p - k) // s + 1
         dy = torch.randn(shape[0], shape[1], oh, ow).contiguous(memory_format=torch.channels_last)
-        for row_chunk in (None, 2):
-            cfg = plan(shape, k, s, p, shape[1], block_c=bc, bw=bw, row_chunk=row_chunk, target_programs=3)
+        for row_chunk, fyb, prefetch in ((None, None, False), (2, None, True), (3, 2, True), (None, 2, False)):
+            cfg = plan(shape, k, s, p, shape[1], block_c=bc, bw=bw, row_chunk=row_chunk, target_programs=3, fyb=fyb,
+                       prefetch=prefetch)
             out = run(x, dy, k, s, p, cfg)
             got = out.sum(0, keepdim=False).unsqueeze(1)
             err = rel(got, reference(x, dy, k, s, p))
-            print(f"{shape} k{k} s{s} p{p} bc{bc} bw{bw} chunk{row_chunk} split{cfg['split']}: err {err:.1e}")
+            print(f"{shape} k{k} s{s} p{p} bc{bc} bw{bw} chunk{row_chunk} fyb{fyb} prefetch{prefetch} "
+                  f"split{cfg['split']}: err {err:.1e}")
             assert err < 1e-5, err
 
 
@@ -237,15 +266,19 @@ LAYERS = [
 
 
 def configs_for(c, k):
-    """(channels a program, warps, columns a strip): one channel a thread (2-byte loads) everywhere, two
-    (4-byte) where the window is small (3x3)."""
+    """(channels a program, warps, columns a strip, filter rows a program, prefetch): one channel a
+    thread (2-byte loads), two (4-byte) where the window is small. Session 6's first run: 7x7 with all
+    rows a program spilled (255 registers + 88) and ran 4x slower than cuDNN; 3x3 without prefetch
+    reached 0.95x. This run: filter rows split across programs (fewer registers) and the next step's
+    loads issued before this step's FMAs (prefetch)."""
     if k >= 7:
-        tiles = ((32, 1, 4), (32, 1, 8), (64, 2, 4), (128, 4, 4))
+        tiles = ((32, 1, 4, 4, True), (32, 1, 4, 4, False), (32, 1, 4, 2, True), (32, 1, 8, 2, True),
+                 (64, 2, 4, 4, True))
     elif k >= 5:
-        tiles = ((32, 1, 4), (32, 1, 8), (64, 2, 8), (64, 1, 4))
+        tiles = ((32, 1, 4, 5, True), (32, 1, 8, 3, True), (64, 1, 4, 3, True), (32, 1, 4, 3, False))
     else:
-        tiles = ((32, 1, 8), (32, 1, 16), (64, 1, 8), (128, 2, 8), (64, 2, 16))
-    return [dict(block_c=bc, num_warps=nw, bw=bw) for bc, nw, bw in tiles]
+        tiles = ((64, 1, 8, 3, True), (32, 1, 8, 3, True), (128, 2, 8, 3, True), (64, 1, 4, 3, True))
+    return [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf) for bc, nw, bw, fyb, pf in tiles]
 
 
 def bench(json_path):
@@ -289,14 +322,15 @@ def bench(json_path):
                 return run(x, dy, k, s, pad, cfg, out=ws).sum(0).to(torch.bfloat16)
 
             g, e = _graph_time_us(call), _eager_time_us(call)
-            kern = rolling_kernel(k, k, s, s, 1, cfg["bw"])
+            kern = rolling_kernel(cfg["fyb"], k, s, s, 1, cfg["bw"], cfg["prefetch"])
             regs = spills = None
             try:
                 compiled = list(kern.device_caches[0][0].values())[-1]
                 regs, spills = compiled.n_regs, compiled.n_spills
             except Exception:  # noqa: BLE001
                 pass
-            label = f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} split{cfg['split']} per{cfg['per']}"
+            label = (f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} rows{cfg['fyb']} "
+                     f"{'prefetch ' if cfg['prefetch'] else ''}split{cfg['split']} per{cfg['per']}")
             print(f"  {label:40s} graph {g:8.1f} us ({base_g / g:5.2f}x cuDNN)  eager {e:8.1f} ({base_e / e:5.2f}x)  "
                   f"{g / floor:5.1f}x floor  err {err:.1e} written {written} regs {regs} spills {spills}", flush=True)
             row["variants"].append(dict(label=label, graph_us=g, eager_us=e, err=err, written=written, regs=regs,

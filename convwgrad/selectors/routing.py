@@ -31,7 +31,8 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: problems the others refuse (e.g. an odd channel count) from aten untimed. H200, 2026-12-03: the
 #: shifted family (issue 11) was measured faster on large 2-D filters; the direct family (issue 10)
 #: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class; the aten channels_last
-#: family (NCHW operands copied for cuDNN's channels_last kernels) is not measured yet.
+#: family (NCHW operands copied for cuDNN's channels_last kernels) faster than torch's NCHW path on
+#: NCHW 5x5 and 7x7 layers (session 6, :data:`RELAYOUT_TAPS`).
 OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct", "aten_channels_last")
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
@@ -55,6 +56,28 @@ DILATED_SHIFTED_FROM_TAPS = 7 * 7
 #: patched layer's extra host time is step time there). The 7x7 d2 branches span 4.9e7-2.0e8 MACs
 #: at N=32 and 2.0e8-7.9e8 at N=128; this bound routes N=128's 28x28 and 14x14 ones and none at N=32.
 DILATED_SHIFTED_FROM_MACS = 250_000_000
+#: Dilated 2-D depthwise filters below DILATED_SHIFTED_FROM_TAPS (UniRepLKNet's 3x3 dilation-3..5
+#: branches) go to the merged family from this many multiply-adds on, bf16 channels_last. Alone
+#: (notes/data/dilated_h200_2026-12-03s5.txt, graph replay) merged ran them 3.8-5.5x cuDNN and
+#: 1.2-1.5x shifted (28x28 C160 3x3 d3 N=32: 43 us, shifted 60, cuDNN 204; 14x14 C320 3x3 d4 N=128:
+#: 77, 112, 422). In the model (UniRepLKNet-T channels_last, tools/step_bench.py --same-model, H200,
+#: session 6, notes/data/step_bench_dilated3_h200_2026-12-03s6.txt, as the experiment
+#: tools/route_experiments.py:small_dilated_to_merged): N=128 1.299x over stock (A/A 1.001) against
+#: 1.207x without it (session 5); at N=32 the bound routes nothing (its branches are <= 3.6e7). The
+#: branches span 3.6e7-1.4e8 at N=128 (stages 2-4); the bound takes stages 2 and 3 there.
+DILATED_MERGED_FROM_MACS = 50_000_000
+#: Filter taps of the NCHW class given to the aten channels_last family (NCHW operands copied to
+#: channels_last, then cuDNN's channels_last dW), undilated, stride 1, bf16, from
+#: RELAYOUT_FROM_MACS on. H200, bf16, graph replay beside torch's own NCHW path in one process
+#: (tools/family_bench.py, notes/data/relayout_h200_2026-12-03s6.txt): ConvNeXt-T 7x7 layers at
+#: N=64 4.3-9.0x (56x56 C96: 301 us against 1311; 7x7 C768: 53 against 477), EfficientNet-B0 5x5
+#: at N=128 2.3-2.6x (28x28 C240: 380 against 886). Outside it the copies did not pay: MobileNetV2
+#: 3x3 56x56 C144 1.17x, 3x3 stride 2 0.59x, a 1-D k=4 layer 0.16x; the merged family keeps 1-D k=31
+#: (2.5x torch, the copies 1.27x). Filters between 7x7 and the shifted family's were not measured.
+RELAYOUT_TAPS = (5 * 5, 7 * 7)
+#: The smallest layer of the class measured (ConvNeXt-T 7x7 C768 at 7x7, N=64: 1.2e8 multiply-adds,
+#: 8.96x); below it the two copies' launches and host time are not measured against a smaller saving.
+RELAYOUT_FROM_MACS = 100_000_000
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
@@ -85,7 +108,7 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
         return (f"H200 sweep, 2026-12-02: with C={problem.in_channels} not a multiple of "
                 f"{VECTOR_CHANNEL_MULTIPLE}, merged loads stay element-wide and cuDNN was faster on every such layer")
     undilated = all(d == 1 for d in problem.dilation)
-    if not undilated and problem.spatial_dims >= 2:
+    if not undilated and problem.spatial_dims >= 2 and not _small_dilated_measured_for_merged(problem):
         return ("H200, 2026-12-03: a patched dilated layer measured slower than the stock one as a whole in "
                 "eager mode (forward + backward, UniRepLKNet-T's 7x7 d2 branch at 14x14, C=320, N=32: 778 vs "
                 "597 us a call) although merged's dW kernel is 3.25x faster (70 vs 228 us): the patched "
@@ -96,10 +119,32 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
     return None
 
 
+def _small_dilated_measured_for_merged(problem) -> bool:
+    """UniRepLKNet's 3x3 dilated branches at training batch sizes (DILATED_MERGED_FROM_MACS)."""
+    return (problem.spatial_dims == 2 and problem.cpg == 1 and problem.dtype == "bf16"
+            and problem.layout == "channels_last" and math.prod(problem.filter_size) < DILATED_SHIFTED_FROM_TAPS
+            and problem.flops // 2 >= DILATED_MERGED_FROM_MACS)
+
+
+def _relayout_measured_faster(problem) -> str | None:
+    if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.layout != "contiguous"
+            or problem.dtype != "bf16" or any(s != 1 for s in problem.stride) or any(d != 1 for d in problem.dilation)):
+        return None  # measured on bf16 NCHW depthwise layers of stride 1, undilated, only
+    if math.prod(problem.filter_size) not in RELAYOUT_TAPS or problem.flops // 2 < RELAYOUT_FROM_MACS:
+        return None
+    return (f"H200, 2026-12-03: bf16 NCHW depthwise 5x5 and 7x7 filters of stride 1 and >= {RELAYOUT_FROM_MACS:.1e} "
+            f"multiply-adds, copied to channels_last for cuDNN: 2.3-9.0x torch's own NCHW path on "
+            f"EfficientNet-B0 and ConvNeXt-T layers")
+
+
 def opt_in_measured_faster(problem, target, family: str) -> str | None:
     """Where an opt-in family was measured faster than merged and cuDNN (the measurement, for the
     rule), or None: only there does the router give it a problem."""
-    if family != "wgrad_shifted" or target.backend != "cuda":
+    if target.backend != "cuda":
+        return None
+    if family == "aten_channels_last":
+        return _relayout_measured_faster(problem)
+    if family != "wgrad_shifted":
         return None
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
         return None  # fp32 (TF32 dots, 4-byte loads) was not measured
@@ -155,7 +200,13 @@ def select(problem, target, candidates, families) -> Choice | None:
         if passed_over:
             why += f"; {', '.join(passed_over)} admits it but is opt-in, routed only where measured faster"
         return Choice(spec=best, rule=f"fallback: {why}")
+    measured = ""
+    if (best.family == "wgrad_merged" and target.backend == "cuda" and any(d > 1 for d in problem.dilation)
+            and _small_dilated_measured_for_merged(problem)):
+        measured = (f" (dilated 2-D depthwise below {DILATED_SHIFTED_FROM_TAPS} taps, >= {DILATED_MERGED_FROM_MACS:.1e} "
+                    f"multiply-adds, bf16 channels_last: measured 3.8-5.5x cuDNN alone on H200, UniRepLKNet-T N=128 "
+                    f"1.30x over stock with them routed, 2026-12-03)")
     return _aten_if_measured_faster(problem, target, best, admitted) or Choice(
         spec=best,
-        rule=f"priority: {best.family} is the highest-priority family admitting the problem; first admitted candidate",
+        rule=f"priority: {best.family} is the highest-priority family admitting the problem{measured}; first admitted candidate",
     )

@@ -175,8 +175,11 @@ def unireplknet_dilated(batch, size, channels, k, dilation, dtype="bf16", layout
     (128, 14, 320, 7, 2, "wgrad_shifted"),  # 3.9e8
     (128, 7, 640, 7, 2, "aten"),            # 2.0e8: below the bound
     (32, 28, 160, 7, 2, "aten"),            # 2.0e8: N=32's host-bound step lost with it routed
-    (128, 28, 160, 3, 3, "aten"),           # 3x3 d3, 1.4e8: below both bounds
-    (512, 28, 160, 3, 3, "aten"),           # 5.8e8 but 9 taps: merged was faster there, and merged gets no dilated layer
+    (128, 28, 160, 3, 3, "wgrad_merged"),   # 3x3 d3, 1.4e8: merged 3.8-5.5x cuDNN, the N=128 step 1.30x
+    (128, 14, 320, 3, 4, "wgrad_merged"),   # 7.2e7
+    (128, 7, 640, 3, 5, "aten"),            # 3.6e7: below DILATED_MERGED_FROM_MACS
+    (32, 28, 160, 3, 3, "aten"),            # 3.6e7: N=32's branches stay with cuDNN
+    (512, 28, 160, 3, 3, "wgrad_merged"),   # 5.8e8, 9 taps: merged, not shifted (1.2-1.5x shifted there)
     (128, 28, 160, 5, 1, "aten"),           # undilated 5x5: cuDNN's class
 ])
 def test_dilated_depthwise_routing_follows_the_model_measurement(batch, size, channels, k, dilation, expected):
@@ -184,6 +187,69 @@ def test_dilated_depthwise_routing_follows_the_model_measurement(batch, size, ch
     assert chosen.family == expected, chosen.rule
     if expected == "wgrad_shifted":
         assert "dilated 2-D depthwise filters of >= 49 taps" in chosen.rule
+    if expected == "wgrad_merged":
+        assert "dilated 2-D depthwise below 49 taps" in chosen.rule
+
+
+def test_small_dilated_merged_class_is_measured_bf16_channels_last_on_cuda_only():
+    from convwgrad.selectors.routing import DILATED_MERGED_FROM_MACS
+
+    per_sample = 160 * 28 * 28 * 9
+    at = unireplknet_dilated(DILATED_MERGED_FROM_MACS // per_sample + 1, 28, 160, 3, 3)
+    below = attrs.evolve(at, batch=at.batch - 1)
+    assert at.flops // 2 >= DILATED_MERGED_FROM_MACS > below.flops // 2
+    assert plan(at, "sm_90").family == "wgrad_merged" and plan(below, "sm_90").family == "aten"
+    for problem in (attrs.evolve(at, dtype="fp16"), attrs.evolve(at, dtype="fp32"),
+                    attrs.evolve(at, layout="contiguous")):
+        assert plan(problem, "sm_90").family == "aten", problem.describe()
+    one_d = ConvProblem.build(batch=128, groups=160, in_channels=160, input_size=(784,), filter_size=3, padding=3,
+                              dilation=3, dtype="bf16", layout="channels_last")  # 1-D: merged by priority, no note
+    assert "UniRepLKNet-T" not in plan(one_d, "sm_90").rule
+    assert "UniRepLKNet-T" not in plan(at, "gfx950").rule  # measured on CUDA
+
+
+def test_small_dilated_rule_matches_the_measured_experiment():
+    """The rule gives merged exactly the layers tools/route_experiments.py:small_dilated_to_merged gave it
+    in the measured UniRepLKNet-T runs (bf16 channels_last, N = 32 and 128)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "tools" / "route_experiments.py"
+    spec = importlib.util.spec_from_file_location("route_experiments", path)
+    experiments = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiments)
+    applies = experiments.small_dilated_to_merged.applies
+    for batch in (32, 128):
+        for size, channels in ((56, 80), (28, 160), (14, 320), (7, 640)):
+            for k, dilation in ((3, 3), (3, 4), (3, 5), (5, 2), (7, 2)):
+                problem = unireplknet_dilated(batch, size, channels, k, dilation)
+                if plan(problem, "sm_90").family == "wgrad_shifted":
+                    continue  # the built-in 7x7 d2 rule, which the experiment ran on top of
+                routed = plan(problem, "sm_90").family == "wgrad_merged"
+                assert routed == applies(problem), problem.describe()
+
+
+@pytest.mark.parametrize("batch, size, channels, k, stride, expected", [
+    (64, 56, 96, 7, 1, "aten_channels_last"),    # ConvNeXt-T: 4.36x torch's NCHW path
+    (64, 7, 768, 7, 1, "aten_channels_last"),    # 1.2e8: 8.96x, the smallest measured
+    (128, 28, 240, 5, 1, "aten_channels_last"),  # EfficientNet-B0: 2.33x
+    (128, 56, 144, 3, 1, "aten"),                # 3x3: 1.17x, not routed
+    (128, 112, 96, 3, 2, "aten"),                # 3x3 stride 2: 0.59x
+    (128, 14, 672, 5, 2, "aten"),                # stride 2: not measured
+    (8, 14, 672, 5, 1, "aten"),                  # 2.6e7: below RELAYOUT_FROM_MACS
+    (32, 56, 128, 9, 1, "wgrad_merged"),         # 9x9: not measured for the copies; merged by priority
+])
+def test_nchw_relayout_routing_follows_the_measurement(batch, size, channels, k, stride, expected):
+    problem = ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(size, size),
+                                filter_size=k, padding=k // 2, stride=stride, dtype="bf16", layout="contiguous")
+    chosen = plan(problem, "sm_90")
+    assert chosen.family == expected, chosen.rule
+    if expected == "aten_channels_last":
+        assert "copied to channels_last for cuDNN" in chosen.rule
+        for other in (attrs.evolve(problem, dtype="fp16"), attrs.evolve(problem, dtype="fp32"),
+                      attrs.evolve(problem, layout="channels_last")):
+            assert plan(other, "sm_90").family != "aten_channels_last", other.describe()
+        assert plan(problem, "gfx950").family != "aten_channels_last"
 
 
 def test_dilated_shifted_bound_splits_adjacent_batches():
