@@ -30,6 +30,8 @@
 #   rules6   session 6's two routing rules in the models they were measured for: EfficientNet-B0 NCHW
 #            (5x5 layers copied to channels_last) and UniRepLKNet-T N=128 CL (3x3 dilated branches to merged),
 #            and the aten channels_last family's GPU tests (its error against stock torch's)
+#   nchwlayers  EfficientNet-B0 NCHW b128 per-layer dW inside the model (the NCHW rule's layers), and ncu of the
+#            rolling prototype's best 7x7 config on ConvNeXt 56x56 C96
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
@@ -163,6 +165,13 @@ PY
       timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
         --models unireplknet_t:128 --json "$OUT/steps_rule_dilated3.json" 2>&1 | grep -v Warn \
         | tee "$OUT/steps_rule_dilated3.txt" ;;
+    nchwlayers)
+      timeout 150 python3 tools/step_bench.py --models efficientnet_b0:128 --layouts contiguous --rounds 1 --layers \
+        --json "$OUT/layers_effb0_nchw.json" 2>&1 | grep -v Warn | tee "$OUT/layers_effb0_nchw.txt" | tail -40
+      timeout 90 ncu --kernel-name regex:rolling --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+        --section Occupancy --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section LaunchStats python3 tools/proto_rolling.py --one convnext-56-c96-k7:0 > "$OUT/ncu_rolling.txt" 2>&1
+      grep -E "Duration|Throughput|Occupancy|Registers|Issued|Eligible|Hit Rate|Stall" "$OUT/ncu_rolling.txt" | head -30 ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

@@ -341,12 +341,31 @@ def bench(json_path):
             json.dump(results, f, indent=1)
 
 
+def one(spec):
+    """``LAYER:INDEX``: that layer's INDEX-th config, launched three times (for ncu)."""
+    name, index = spec.split(":")
+    _, shape, k, s = next(layer for layer in LAYERS if layer[0] == name)
+    pad = k // 2
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    oh = (shape[2] + 2 * pad - k) // s + 1
+    dy = torch.randn(shape[0], shape[1], oh, oh, device="cuda", dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    cfg = plan(shape, k, s, pad, shape[1], **configs_for(shape[1], k)[int(index)])
+    for _ in range(3):
+        run(x, dy, k, s, pad, cfg)
+    torch.cuda.synchronize()
+    print(name, cfg)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--check-cpu", action="store_true")
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--json")
+    parser.add_argument("--one", help="LAYER:INDEX: launch one config three times (for ncu)")
     args = parser.parse_args()
+    if args.one:
+        one(args.one)
     if args.check_cpu:
         check_cpu()
     if args.bench:
