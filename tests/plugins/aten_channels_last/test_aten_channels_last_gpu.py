@@ -7,9 +7,11 @@ the error of the path the user had without convwgrad: torch's own dW of the same
 
 import pytest
 
+import convwgrad
 from convwgrad.bench import make_inputs
 from convwgrad.plugins.aten_channels_last import FAMILY
 from convwgrad.provider import ConvProblem
+from convwgrad.provider.plan import NoCandidateError
 from convwgrad.provider.reference import TOLERANCE, aten_weight_grad_call, reference_weight_grad, relative_error
 from support import GPU_LAYERS, run_checked
 
@@ -25,6 +27,10 @@ STOCK_ERROR_FACTOR = 2.0
 @pytest.mark.parametrize("layer", LAYERS)
 def test_nchw_layers_vs_reference(layer, dtype):
     problem = ConvProblem.build(**GPU_LAYERS[layer], dtype=dtype, layout="contiguous")
+    if dtype == "fp16" and (any(d > 1 for d in problem.dilation) or problem.symmetric_padding is None):
+        with pytest.raises(NoCandidateError, match="dtype=fp16 with dilation or asymmetric padding"):
+            convwgrad.plan(problem, "cuda", family=FAMILY)  # the class measured at 8x stock's error
+        return
     x, dy = make_inputs(problem, "cuda")
     outcome = run_checked(problem, family=FAMILY, inputs=(x, dy))
     stock = relative_error(aten_weight_grad_call(problem)(x, dy), reference_weight_grad(problem, x, dy))
