@@ -270,7 +270,7 @@ def test_the_walk_finds_a_kept_tensor():
 
 @pytest.mark.parametrize("family, layout", [(family, "channels_last") for family in (
     "aten", "wgrad_merged", "wgrad_splitk", "wgrad_direct", "wgrad_shifted")] + [pytest.param(
-        "aten_channels_last", "contiguous", marks=pytest.mark.skipif(DEVICE != "cuda", reason="runs on CUDA only"))])
+        "aten_channels_last", "contiguous", marks=pytest.mark.gpu)])  # the family refuses the CPU
 def test_prepared_calls_keep_no_tensor_alive(family, layout):
     """A prepared call lives as long as the planning context; a tensor it kept would be one allocated
     wherever its first call ran. Under torch.compile(mode="reduce-overhead") that is a CUDA-graph

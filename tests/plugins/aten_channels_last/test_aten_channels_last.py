@@ -19,8 +19,8 @@ from convwgrad.provider.reference import TOLERANCE, reference_weight_grad, relat
 from support import DEVICE, assert_close_to_reference, run_checked
 
 FAMILY = aten_channels_last.FAMILY
-#: the dispatch path: the family refuses every backend but CUDA
-ON_CUDA = pytest.mark.skipif(DEVICE != "cuda", reason="the family runs on CUDA only (it refuses the CPU)")
+#: the dispatch path: the family refuses every backend but CUDA, so these run in the GPU suite
+ON_CUDA = pytest.mark.gpu
 #: torch's CPU convolutions compute fp32 and bf16 (fp16 only on the GPU suite's device)
 DTYPES = ["fp32", "bf16"] + (["fp16"] if DEVICE == "cuda" else [])
 
