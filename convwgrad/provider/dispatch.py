@@ -400,8 +400,8 @@ def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilat
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if input.dtype in TORCH_ONLY_DTYPES or (input.dim() > 0 and input.shape[0] == 0):
         # torch computes these (float64; an empty batch gives zeros): so do we, through torch
-        def run(x, dy, out, workspace):
-            return torch_weight_grad(x, weight_size, dy, stride, padding, dilation, groups)
+        def run(x, dy, out, workspace):  # contiguous as promised: torch's is channels_last for a grouped CL input
+            return torch_weight_grad(x, weight_size, dy, stride, padding, dilation, groups).contiguous()
 
         return _PreparedCall(run, TORCH_KERNELS, "aten", "aten")
     adapt = None
@@ -436,7 +436,7 @@ def _conv_nd_weight(rank: int):
         if torch.is_grad_enabled() and is_enabled() and (
                 getattr(input, "requires_grad", False) or getattr(grad_output, "requires_grad", False)):
             _record_torch_route()  # torch's dW is differentiable (double backward); convwgrad's kernels are not
-            return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups)
+            return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups).contiguous()
         return conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups)
 
     conv_nd_weight.__name__ = f"conv{rank}d_weight"

@@ -103,7 +103,7 @@ def candidates(problem: ConvProblem, target=None, **pins) -> list[tuple[KernelSp
     for spec in offered:
         if "family" in pins and spec.family != pins["family"]:
             continue
-        if "tile" in pins and spec.tile is not None:
+        if "tile" in pins:  # a family that takes no tile (aten's) then refuses it, with its reason
             spec = attrs.evolve(spec, tile=pins["tile"])
         if "group_merge" in pins and spec.group_merge != pins["group_merge"]:
             spec = attrs.evolve(spec, group_merge=pins["group_merge"])

@@ -157,6 +157,20 @@ def test_float64_is_computed_by_torch():
     assert relative_error(dw, torch_dw(padded, ws, dy, groups=16)) < 1e-12
 
 
+@pytest.mark.parametrize("route", ["float64", "requires_grad"])
+def test_torch_routes_return_a_contiguous_dw_for_a_grouped_channels_last_input(route):
+    """torch's dW of a grouped channels_last input (cpg > 1) comes back channels_last; conv2d_weight
+    promises contiguous on every route (fuzzing found these two returning torch's strides)."""
+    dtype = torch.float64 if route == "float64" else torch.float32
+    x = torch.randn(2, 8, 6, 6, dtype=dtype, device=DEVICE).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(2, 8, 6, 6, dtype=dtype, device=DEVICE).contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(route == "requires_grad")
+    dw = convwgrad.conv2d_weight(x, (8, 4, 3, 3), dy, padding=1, groups=2)
+    assert dw.is_contiguous() and dw.shape == (8, 4, 3, 3)
+    ref = torch.nn.grad.conv2d_weight(x.detach().double(), (8, 4, 3, 3), dy.double(), padding=1, groups=2)
+    assert relative_error(dw, ref) < 1e-6
+
+
 def test_dw_is_differentiable_like_torchs():
     x, ws, dy = depthwise(dtype=torch.float64)
     x.requires_grad_(True)
@@ -290,3 +304,18 @@ def test_prepared_calls_keep_no_tensor_alive(family, layout):
     for prepared in _prepared._calls.values():
         kept = tensors_kept_by(prepared)
         assert kept == [], f"{prepared.kernel_name} keeps {[(t.shape, t.device) for t in kept]}"
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_whole_call_families_give_a_plain_dw_for_inputs_that_require_grad(with_out):
+    """dispatch_conv_grouped is a kernel call, not an autograd op: the aten family's dW carries no graph
+    (as the Triton families' does not), and an ``out`` that requires grad is written like a kernel's."""
+    x, ws, dy = depthwise(dtype=torch.float32)
+    problem = ConvProblem.from_tensors(x, ws, dy, 1, 1, 1, 16)
+    x.requires_grad_(True)
+    out = torch.empty(ws, device=DEVICE, requires_grad=True) if with_out else None
+    chosen = convwgrad.plan(problem, DEVICE if DEVICE != "cpu" else None, family="aten")
+    dw = dispatch_conv_grouped(problem, x, dy, plan=chosen, out=out)
+    assert dw.grad_fn is None and (out is None or dw is out)
+    ref = torch.nn.grad.conv2d_weight(x.detach().double(), ws, dy.double(), padding=1, groups=16)
+    assert relative_error(dw, ref) < 1e-6

@@ -240,6 +240,15 @@ def test_aten_pinned_split_k_raises_with_aten_reason():
     assert [spec.family for spec, _ in info.value.candidates] == ["aten"]
 
 
+@pytest.mark.parametrize("family", ["aten", "aten_channels_last"])
+def test_a_tile_pinned_on_a_family_without_tiles_is_refused_not_dropped(family):
+    """A tile pin reaches every candidate: one aten computes in a single call refuses it by name (it
+    was once dropped silently, and the plan came back with tile=None)."""
+    problem = attrs.evolve(MBV2, layout="contiguous")
+    with pytest.raises(NoCandidateError, match="aten takes no tile"):
+        plan(problem, "sm_90", family=family, tile=Tile(block_m=16, block_n=16, block_k=16))
+
+
 @pytest.mark.parametrize("pins, error, match", [
     (dict(splitk=2), TypeError, r"unknown pin\(s\) \['splitk'\]"),
     (dict(block_k=64), TypeError, r"unknown pin\(s\) \['block_k'\]"),

@@ -3,6 +3,8 @@ fallback, aten channels_last): their shared refusals and their bound launch. No 
 
 from __future__ import annotations
 
+import torch
+
 from convwgrad.provider.spec import BoundLaunch
 
 
@@ -26,9 +28,14 @@ def bind_whole_call(weight_grad, kernels) -> BoundLaunch:
     when it is contiguous, else a contiguous copy; written into ``out`` when one is given."""
 
     def run(x, dy, out, workspace):
+        if x.requires_grad or dy.requires_grad:  # a plain dW, as the Triton families give: no graph
+            x, dy = x.detach(), dy.detach()
         dw = weight_grad(x, dy)
         if out is None:
             return dw if dw.is_contiguous() else dw.contiguous()
+        if out.requires_grad:  # written in place like a kernel's output, not recorded by autograd
+            with torch.no_grad():
+                return out.copy_(dw)
         return out.copy_(dw)
 
     return BoundLaunch(run=run, kernels=kernels)
