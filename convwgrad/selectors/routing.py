@@ -74,6 +74,10 @@ DILATED_MERGED_FROM_MACS = 50_000_000
 #: at N=128 2.3-2.6x (28x28 C240: 380 against 886). Outside it the copies did not pay: MobileNetV2
 #: 3x3 56x56 C144 1.17x, 3x3 stride 2 0.59x, a 1-D k=4 layer 0.16x; the merged family keeps 1-D k=31
 #: (2.5x torch, the copies 1.27x). Filters between 7x7 and the shifted family's were not measured.
+#: Inside EfficientNet-B0 NCHW at N=128 (tools/step_bench.py --layers, the grad_output autograd hands
+#: over; notes/data/step_bench_layers_effb0_nchw_h200_2026-12-03s6.txt) the 7 layers this routes ran
+#: 2.33-5.65x faster; the training step did not move (0.996x and 0.998x, A/A 1.006x), which is not
+#: explained yet (notes/PERF.md, session 6).
 RELAYOUT_TAPS = (5 * 5, 7 * 7)
 #: The smallest layer of the class measured (ConvNeXt-T 7x7 C768 at 7x7, N=64: 1.2e8 multiply-adds,
 #: 8.96x); below it the two copies' launches and host time are not measured against a smaller saving.
