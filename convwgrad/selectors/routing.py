@@ -125,7 +125,8 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
 
 def _small_dilated_measured_for_merged(problem) -> bool:
     """UniRepLKNet's 3x3 dilated branches at training batch sizes (DILATED_MERGED_FROM_MACS)."""
-    return (problem.spatial_dims == 2 and problem.cpg == 1 and problem.dtype == "bf16"
+    return (problem.spatial_dims == 2 and any(d > 1 for d in problem.dilation) and problem.cpg == 1
+            and problem.dtype == "bf16"
             and problem.layout == "channels_last" and math.prod(problem.filter_size) < DILATED_SHIFTED_FROM_TAPS
             and problem.flops // 2 >= DILATED_MERGED_FROM_MACS)
 
@@ -205,8 +206,7 @@ def select(problem, target, candidates, families) -> Choice | None:
             why += f"; {', '.join(passed_over)} admits it but is opt-in, routed only where measured faster"
         return Choice(spec=best, rule=f"fallback: {why}")
     measured = ""
-    if (best.family == "wgrad_merged" and target.backend == "cuda" and any(d > 1 for d in problem.dilation)
-            and _small_dilated_measured_for_merged(problem)):
+    if best.family == "wgrad_merged" and target.backend == "cuda" and _small_dilated_measured_for_merged(problem):
         measured = (f" (dilated 2-D depthwise below {DILATED_SHIFTED_FROM_TAPS} taps, >= {DILATED_MERGED_FROM_MACS:.1e} "
                     f"multiply-adds, bf16 channels_last: measured 3.8-5.5x cuDNN alone on H200, UniRepLKNet-T N=128 "
                     f"1.30x over stock with them routed, 2026-12-03)")
