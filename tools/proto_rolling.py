@@ -12,6 +12,12 @@ BW grad_output columns, then runs FY*FX*BW FMAs a channel. Column masks are fixe
 (computed once a unit), row masks are one scalar a loaded row. Stride and dilation in width are
 baked into the generated source; dilation in height must be 1 (rows are rolled one stride at a time).
 
+Versions (session 6; notes/PERF.md): v1 all filter rows a program (spilled on 7x7); v2 filter rows
+split over grid axis 2 and an optional one-step prefetch; v3 (``interior``) an unmasked body for the
+steps whose strip, channels and rows are all inside, with constexpr column strides so that a load's
+offset within a row is an immediate (offline sm_90 SASS: 1.46-1.93 instructions a FMA in that loop,
+against 2.31 for v2).
+
 Work units are (image, row chunk, strip); a program owns a channel block and walks UNITS_PER_PROG
 units, each with a prologue that loads the window's first FY - SH rows. One fp32 partial a program:
 [split, C, FY, FX], summed in order afterwards (deterministic).
@@ -47,13 +53,14 @@ def {name}(
     X, DY, OUT,
     H, W, OH, OW, PAD_H, PAD_W, C_OUT, KPG, FY,
     ROW_CHUNK, CHUNKS, STRIPS, UNITS, UNITS_PER_PROG,
-    stride_xn, stride_xc, stride_xh, stride_xw,
-    stride_dyn, stride_dyc, stride_dyh, stride_dyw,
+    stride_xn, stride_xc, stride_xh, stride_xw: tl.constexpr,
+    stride_dyn, stride_dyc, stride_dyh, stride_dyw: tl.constexpr,
     stride_os, stride_ok, stride_oy, stride_ox,
     BLOCK_C: tl.constexpr, HAS_CHANNEL_TAIL: tl.constexpr,
 ):
     # Generated: {fyb} filter rows of {fx} taps a program, stride ({sh}, {sw}), dilation_w {dw},
-    # {bw} columns a strip, prefetch {prefetch}.
+    # {bw} columns a strip, prefetch {prefetch}, unmasked interior {interior}. The column strides are
+    # constexpr: a load's offset within a row is then an immediate of the load instruction.
     pid_c = tl.program_id(0)
     split = tl.program_id(1)
     ky0 = tl.program_id(2) * {fyb}
@@ -65,14 +72,18 @@ def {name}(
 """
 
 
-def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: bool) -> str:
+def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: bool, interior: bool = False) -> str:
     """Kernel source for ``fyb`` filter rows a program (rows ky0 .. ky0 + fyb - 1 of the filter,
-    ky0 = program_id(2) * fyb; rows past FY are computed and not stored)."""
+    ky0 = program_id(2) * fyb; rows past FY are computed and not stored). ``interior``: the steps of
+    a strip whose columns and channels are all inside, and whose rows are, run a body with no mask
+    (no predicate, no zero fill a load); the others the masked one (v3; not with ``prefetch``)."""
+    assert not (prefetch and interior)
     offsets = sorted({w * sw + kx * dw for w in range(bw) for kx in range(fx)})
     kept = max(0, fyb - sh)           # rows carried from one output row to the next
     fresh = fyb - kept                # rows loaded each step
     p, q, b = " " * 4, " " * 8, " " * 12
-    lines = [_HEAD.format(name=KERNEL_NAME, fyb=fyb, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw, prefetch=prefetch)]
+    lines = [_HEAD.format(name=KERNEL_NAME, fyb=fyb, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw, prefetch=prefetch,
+                          interior=interior)]
     for ky in range(fyb):
         for kx in range(fx):
             lines.append(f"{p}acc_{ky}_{kx} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
@@ -133,32 +144,66 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
     if prefetch:  # ...and the first step's fresh rows and grad_output
         lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "oh_lo")
         lines += load_dy(q, "pd", "oh_lo")
-    lines.append(f"{q}for oh_counter in range(oh_lo, oh_hi):")
-    lines.append(f"{b}oh = oh_counter + ZERO")
-    if prefetch:
-        # this step's operands were loaded a step ago; issue the next step's now
-        for f in range(fresh):
-            for o in offsets:
-                lines.append(f"{b}n{f}_{o} = p{f}_{o}")
-        for w in range(bw):
-            lines.append(f"{b}dv_{w} = pd_{w}")
-        lines += load_rows(b, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi")
-        lines += load_dy(b, "pd", "oh + 1", "oh + 1 < oh_hi")
-    else:
-        lines += load_dy(b, "dv", "oh")
-        lines += load_rows(b, [f"n{f}" for f in range(fresh)], kept, "oh")
-
     def row_name(ky: int, o: int) -> str:
         return f"r{ky}_{o}" if ky < kept else f"n{ky - kept}_{o}"
 
-    for ky in range(fyb):
-        for kx in range(fx):
+    def step(indent, masked):
+        out = [f"{indent}oh = oh_counter + ZERO"]
+        if prefetch:
+            # this step's operands were loaded a step ago; issue the next step's now
+            for f in range(fresh):
+                for o in offsets:
+                    out.append(f"{indent}n{f}_{o} = p{f}_{o}")
             for w in range(bw):
-                lines.append(f"{b}acc_{ky}_{kx} += {row_name(ky, w * sw + kx * dw)} * dv_{w}")
-    # Roll: carried row j of the next output row is row j + SH of this one.
-    for j in range(kept):
-        for o in offsets:
-            lines.append(f"{b}r{j}_{o} = {row_name(j + sh, o)}")
+                out.append(f"{indent}dv_{w} = pd_{w}")
+            out += load_rows(indent, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi")
+            out += load_dy(indent, "pd", "oh + 1", "oh + 1 < oh_hi")
+        elif masked:
+            out += load_dy(indent, "dv", "oh")
+            out += load_rows(indent, [f"n{f}" for f in range(fresh)], kept, "oh")
+        else:
+            out.append(f"{indent}dy_row = dy_img + oh * stride_dyh")
+            for w in range(bw):
+                out.append(f"{indent}dv_{w} = tl.load(dy_row + {w} * stride_dyw).to(tl.float32)")
+            out.append(f"{indent}row_ptr = x_img + (oh * {sh} - PAD_H + ky0 + {kept}) * stride_xh")
+            for f in range(fresh):
+                for o in offsets:
+                    out.append(f"{indent}n{f}_{o} = tl.load(row_ptr + ({f} * stride_xh + {o} * stride_xw)).to(tl.float32)")
+        for ky in range(fyb):
+            for kx in range(fx):
+                for w in range(bw):
+                    out.append(f"{indent}acc_{ky}_{kx} += {row_name(ky, w * sw + kx * dw)} * dv_{w}")
+        # Roll: carried row j of the next output row is row j + SH of this one.
+        for j in range(kept):
+            for o in offsets:
+                out.append(f"{indent}r{j}_{o} = {row_name(j + sh, o)}")
+        return out
+
+    if not interior:
+        lines.append(f"{q}for oh_counter in range(oh_lo, oh_hi):")
+        lines += step(b, masked=True)
+    else:
+        # Steps [a, b) have every row they load inside the image (the padding rows of the last filter
+        # block included); with the strip's columns and channels inside too they take the unmasked body.
+        last_col = max(offsets)
+        lines += [
+            f"{q}inside = (ix0 >= 0) & (ix0 + {last_col} < W) & (ow0 + {bw} <= OW) & (pid_c * BLOCK_C + BLOCK_C <= C_OUT)",
+            f"{q}top_rows = PAD_H - ky0 - {kept}",
+            f"{q}in_lo = tl.maximum(oh_lo, (tl.maximum(top_rows, 0) + {sh - 1}) // {sh})",
+            f"{q}last_row = H - 1 + PAD_H - ky0 - {fyb - 1}",
+            f"{q}in_hi = tl.where(last_row >= 0, last_row // {sh} + 1, 0)",
+            f"{q}in_lo = tl.minimum(in_lo, oh_hi)",
+            f"{q}in_hi = tl.maximum(in_lo, tl.minimum(in_hi, oh_hi))",
+            f"{q}in_lo = tl.where(inside, in_lo, oh_hi)",
+            f"{q}in_hi = tl.where(inside, in_hi, oh_hi)",
+            f"{q}for oh_counter in range(oh_lo, in_lo):",
+        ]
+        lines += step(b, masked=True)
+        lines.append(f"{q}for oh_counter in range(in_lo, in_hi):")
+        lines += step(b, masked=False)
+        lines.append(f"{q}for oh_counter in range(in_hi, oh_hi):")
+        lines += step(b, masked=True)
+
     lines.append(f"{p}out = OUT + split.to(tl.int64) * stride_os + chans * stride_ok")
     for ky in range(fyb):
         for kx in range(fx):
@@ -168,8 +213,8 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
 
 
 @functools.lru_cache(maxsize=None)
-def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False):
-    source = _source(fyb, fx, sh, sw, dw, bw, prefetch)
+def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False):
+    source = _source(fyb, fx, sh, sw, dw, bw, prefetch, interior)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"convwgrad_direct_rolling_{digest}"
     directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
@@ -187,7 +232,7 @@ def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False):
 
 
 def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=None, target_programs=None,
-         sms=132, fyb=None, prefetch=False):
+         sms=132, fyb=None, prefetch=False, interior=False):
     n, c, h, w = x_shape
     fyb = fyb or k
     oh = (h + 2 * pad - k) // stride + 1
@@ -204,14 +249,15 @@ def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=
     per = triton.cdiv(units, split)
     split = triton.cdiv(units, per)
     return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, cblocks=cblocks,
-                split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps, fyb=fyb, prefetch=prefetch)
+                split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps, fyb=fyb, prefetch=prefetch,
+                interior=interior)
 
 
 def run(x, dy, k, stride, pad, cfg, *, dilation=1, out=None):
     """dW (fp32, [C, 1, k, k]) of a depthwise 2-D conv (groups = C_in, KPG = C_out / C_in)."""
     n, c, h, w = x.shape
     c_out = dy.shape[1]
-    kern = rolling_kernel(cfg["fyb"], k, stride, stride, dilation, cfg["bw"], cfg["prefetch"])
+    kern = rolling_kernel(cfg["fyb"], k, stride, stride, dilation, cfg["bw"], cfg["prefetch"], cfg["interior"])
     if out is None:
         out = torch.empty((cfg["split"], c_out, k, k), device=x.device, dtype=torch.float32)
     grid = (triton.cdiv(c_out, cfg["block_c"]), cfg["split"], triton.cdiv(k, cfg["fyb"]))
@@ -235,19 +281,24 @@ def rel(a, b):
 def check_cpu():
     torch.manual_seed(0)
     cases = [((2, 4, 7, 9), 3, 1, 1, 4, 2), ((1, 4, 6, 6), 3, 2, 1, 4, 4), ((2, 8, 9, 5), 5, 1, 2, 4, 2),
-             ((1, 2, 8, 8), 7, 1, 3, 2, 4), ((2, 4, 5, 11), 3, 1, 0, 8, 2), ((1, 4, 9, 9), 3, 2, 0, 4, 2)]
+             ((1, 2, 8, 8), 7, 1, 3, 2, 4), ((2, 4, 5, 11), 3, 1, 0, 8, 2), ((1, 4, 9, 9), 3, 2, 0, 4, 2),
+             # large enough for interior strips and rows (the unmasked body), one with a channel tail
+             ((1, 4, 14, 16), 3, 1, 1, 4, 2), ((1, 4, 16, 16), 7, 1, 3, 4, 2), ((1, 4, 17, 17), 5, 2, 2, 4, 2),
+             ((1, 6, 12, 12), 3, 1, 1, 4, 2)]
     for shape, k, s, p, bc, bw in cases:
         x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
         oh = (shape[2] + 2 * p - k) // s + 1
         ow = (shape[3] + 2 * p - k) // s + 1
         dy = torch.randn(shape[0], shape[1], oh, ow).contiguous(memory_format=torch.channels_last)
-        for row_chunk, fyb, prefetch in ((None, None, False), (2, None, True), (3, 2, True), (None, 2, False)):
+        for row_chunk, fyb, prefetch, interior in ((None, None, False, False), (2, None, True, False),
+                                                   (3, 2, True, False), (None, 2, False, True), (2, None, False, True),
+                                                   (3, 3, False, True)):
             cfg = plan(shape, k, s, p, shape[1], block_c=bc, bw=bw, row_chunk=row_chunk, target_programs=3, fyb=fyb,
-                       prefetch=prefetch)
+                       prefetch=prefetch, interior=interior)
             out = run(x, dy, k, s, p, cfg)
             got = out.sum(0, keepdim=False).unsqueeze(1)
             err = rel(got, reference(x, dy, k, s, p))
-            print(f"{shape} k{k} s{s} p{p} bc{bc} bw{bw} chunk{row_chunk} fyb{fyb} prefetch{prefetch} "
+            print(f"{shape} k{k} s{s} p{p} bc{bc} bw{bw} chunk{row_chunk} fyb{fyb} prefetch{prefetch} interior{interior} "
                   f"split{cfg['split']}: err {err:.1e}")
             assert err < 1e-5, err
 
@@ -266,19 +317,23 @@ LAYERS = [
 
 
 def configs_for(c, k):
-    """(channels a program, warps, columns a strip, filter rows a program, prefetch): one channel a
-    thread (2-byte loads), two (4-byte) where the window is small. Session 6's first run: 7x7 with all
-    rows a program spilled (255 registers + 88) and ran 4x slower than cuDNN; 3x3 without prefetch
-    reached 0.95x. This run: filter rows split across programs (fewer registers) and the next step's
-    loads issued before this step's FMAs (prefetch)."""
+    """(channels a program, warps, columns a strip, filter rows a program, prefetch, unmasked interior):
+    one channel a thread (2-byte loads), two (4-byte) where the window is small. Session 6: v1 (all
+    rows a program) spilled on 7x7; v2 (row blocks, prefetch) reached 0.62-1.14x cuDNN, issue-bound
+    at ~2.3 SASS instructions a FMA in its inner loop. v3 (unmasked interior, constexpr column
+    strides: load offsets become immediates) is 1.46-1.93 offline (sm_90, Triton 3.9). The first
+    config of each is v2's best, the baseline."""
     if k >= 7:
-        tiles = ((32, 1, 4, 4, True), (32, 1, 4, 4, False), (32, 1, 4, 2, True), (32, 1, 8, 2, True),
-                 (64, 2, 4, 4, True))
+        tiles = ((32, 1, 4, 4, True, False), (32, 1, 4, 4, False, True), (32, 1, 8, 4, False, True),
+                 (64, 2, 4, 4, False, True), (32, 1, 8, 2, False, True))
     elif k >= 5:
-        tiles = ((32, 1, 4, 5, True), (32, 1, 8, 3, True), (64, 1, 4, 3, True), (32, 1, 4, 3, False))
+        tiles = ((32, 1, 8, 3, True, False), (32, 1, 4, 5, False, True), (32, 1, 8, 5, False, True),
+                 (32, 1, 8, 3, False, True))
     else:
-        tiles = ((64, 1, 8, 3, True), (32, 1, 8, 3, True), (128, 2, 8, 3, True), (64, 1, 4, 3, True))
-    return [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf) for bc, nw, bw, fyb, pf in tiles]
+        tiles = ((64, 1, 4, 3, True, False), (64, 1, 8, 3, False, True), (32, 1, 8, 3, False, True),
+                 (32, 1, 16, 3, False, True), (128, 2, 8, 3, False, True))
+    return [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf, interior=inner)
+            for bc, nw, bw, fyb, pf, inner in tiles]
 
 
 def bench(json_path):
@@ -322,7 +377,7 @@ def bench(json_path):
                 return run(x, dy, k, s, pad, cfg, out=ws).sum(0).to(torch.bfloat16)
 
             g, e = _graph_time_us(call), _eager_time_us(call)
-            kern = rolling_kernel(cfg["fyb"], k, s, s, 1, cfg["bw"], cfg["prefetch"])
+            kern = rolling_kernel(cfg["fyb"], k, s, s, 1, cfg["bw"], cfg["prefetch"], cfg["interior"])
             regs = spills = None
             try:
                 compiled = list(kern.device_caches[0][0].values())[-1]
@@ -330,7 +385,8 @@ def bench(json_path):
             except Exception:  # noqa: BLE001
                 pass
             label = (f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} rows{cfg['fyb']} "
-                     f"{'prefetch ' if cfg['prefetch'] else ''}split{cfg['split']} per{cfg['per']}")
+                     f"{'prefetch ' if cfg['prefetch'] else ''}{'interior ' if cfg['interior'] else ''}"
+                     f"split{cfg['split']} per{cfg['per']}")
             print(f"  {label:40s} graph {g:8.1f} us ({base_g / g:5.2f}x cuDNN)  eager {e:8.1f} ({base_e / e:5.2f}x)  "
                   f"{g / floor:5.1f}x floor  err {err:.1e} written {written} regs {regs} spills {spills}", flush=True)
             row["variants"].append(dict(label=label, graph_us=g, eager_us=e, err=err, written=written, regs=regs,
