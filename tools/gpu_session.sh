@@ -32,12 +32,14 @@
 #            and the aten channels_last family's GPU tests (its error against stock torch's)
 #   nchwlayers  EfficientNet-B0 NCHW b128 per-layer dW inside the model (the NCHW rule's layers), and ncu of the
 #            rolling prototype's best 7x7 config on ConvNeXt 56x56 C96
+#   nchwprofile  EfficientNet-B0 NCHW b128 steps with torch.profiler (kernel time by name, stock vs patched, and
+#            the caching allocator's cudaMalloc/cudaFree a step): where the routed layers' 3.5 ms went (session 6)
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (next session: `relayout dilated3 occupancy` first, then `sameaten` (a second run of the all-cuDNN models);
-#  on nvidia-h200-x2: `ddp2`)
+# (next session: `rolling nchwprofile` first (the rolling kernel's v3; where EfficientNet-B0 NCHW's saving went),
+#  then `occupancy`; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
@@ -172,6 +174,9 @@ PY
         --section Occupancy --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         --section LaunchStats python3 tools/proto_rolling.py --one convnext-56-c96-k7:0 > "$OUT/ncu_rolling.txt" 2>&1
       grep -E "Duration|Throughput|Occupancy|Registers|Issued|Eligible|Hit Rate|Stall" "$OUT/ncu_rolling.txt" | head -30 ;;
+    nchwprofile)
+      timeout 150 python3 tools/step_bench.py --models efficientnet_b0:128 --layouts contiguous --rounds 2 --profile \
+        --json "$OUT/profile_effb0_nchw.json" 2>&1 | grep -v Warn | tee "$OUT/profile_effb0_nchw.txt" | tail -30 ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

@@ -196,12 +196,17 @@ def kernel_profile(model, optimizer, x, target, steps=3):
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step(model, optimizer, x, target)
         torch.cuda.synchronize()
     wall = (time.perf_counter() - start) / steps * 1e3
+    after = torch.cuda.memory_stats()
+    # cudaMalloc / cudaFree the caching allocator made in the profiled steps (each can synchronise)
+    allocator = {key: (after.get(key, 0) - before.get(key, 0)) / steps
+                 for key in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
     kernels, host_ops = {}, {}
     for event in prof.key_averages():
         if event.self_cpu_time_total:
@@ -213,7 +218,7 @@ def kernel_profile(model, optimizer, x, target, steps=3):
             kernels[event.key] = (kernels.get(event.key, (0, 0))[0] + cuda_us / steps / 1e3,
                                   kernels.get(event.key, (0, 0))[1] + event.count // steps)
     return {"wall_ms_profiled": wall, "cuda_ms": sum(v[0] for v in kernels.values()), "kernels": kernels,
-            "host_ms": sum(v[0] for v in host_ops.values()), "host_ops": host_ops}
+            "host_ms": sum(v[0] for v in host_ops.values()), "host_ops": host_ops, "allocator": allocator}
 
 
 # ----------------------------------------------------------------- per-layer breakdown
@@ -343,6 +348,8 @@ def print_profile(profile, top=8):
     print(f"  profile per step: stock {stock['cuda_ms']:.2f} ms CUDA, {stock['host_ms']:.2f} ms host ops "
           f"({stock['wall_ms_profiled']:.2f} wall); patched {patched['cuda_ms']:.2f} ms CUDA, "
           f"{patched['host_ms']:.2f} ms host ops ({patched['wall_ms_profiled']:.2f} wall)")
+    print(f"  caching allocator per step (cudaMalloc, cudaFree, retries): stock "
+          f"{tuple(stock['allocator'].values())}, patched {tuple(patched['allocator'].values())}")
     for what in ("kernels", "host_ops"):
         names = set(stock[what]) | set(patched[what])
         diffs = sorted(names, key=lambda k: -abs(patched[what].get(k, (0, 0))[0] - stock[what].get(k, (0, 0))[0]))
