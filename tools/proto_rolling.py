@@ -84,21 +84,17 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
     p, q, b = " " * 4, " " * 8, " " * 12
     lines = [_HEAD.format(name=KERNEL_NAME, fyb=fyb, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw, prefetch=prefetch,
                           interior=interior)]
-    for ky in range(fyb):
-        for kx in range(fx):
-            lines.append(f"{p}acc_{ky}_{kx} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+    def zeros(names):
+        return [f"{p}{name} = tl.zeros((BLOCK_C,), dtype=tl.float32)" for name in names]
+
+    lines += zeros(f"acc_{ky}_{kx}" for ky in range(fyb) for kx in range(fx))
     for o in offsets:
         lines.append(f"{p}off_{o} = {o} * stride_xw")
     # Loop-carried values start as zeros (each unit's prologue loads their real values).
-    for j in range(kept):
-        for o in offsets:
-            lines.append(f"{p}r{j}_{o} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+    lines += zeros(f"r{j}_{o}" for j in range(kept) for o in offsets)
     if prefetch:
-        for f in range(fresh):
-            for o in offsets:
-                lines.append(f"{p}p{f}_{o} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
-        for w in range(bw):
-            lines.append(f"{p}pd_{w} = tl.zeros((BLOCK_C,), dtype=tl.float32)")
+        lines += zeros(f"p{f}_{o}" for f in range(fresh) for o in offsets)
+        lines += zeros(f"pd_{w}" for w in range(bw))
     lines.append(f"{p}u_lo = split * UNITS_PER_PROG")
     lines.append(f"{p}u_hi = tl.minimum(u_lo + UNITS_PER_PROG, UNITS)")
     lines.append(f"{p}for u_counter in range(u_lo, u_hi):")
@@ -144,6 +140,7 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
     if prefetch:  # ...and the first step's fresh rows and grad_output
         lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "oh_lo")
         lines += load_dy(q, "pd", "oh_lo")
+
     def row_name(ky: int, o: int) -> str:
         return f"r{ky}_{o}" if ky < kept else f"n{ky - kept}_{o}"
 
@@ -336,6 +333,16 @@ def configs_for(c, k):
             for bc, nw, bw, fyb, pf, inner in tiles]
 
 
+def layer_inputs(shape, k, s):
+    """Fresh bf16 channels_last input and grad_output of a LAYERS entry (padding k // 2)."""
+    pad = k // 2
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    oh = (shape[2] + 2 * pad - k) // s + 1
+    dy = torch.randn(shape[0], shape[1], oh, oh, device="cuda", dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    return x, dy, pad, oh
+
+
 def bench(json_path):
     sys.path.insert(0, os.path.dirname(__file__))
     from step_bench import _eager_time_us, _graph_time_us
@@ -343,11 +350,7 @@ def bench(json_path):
     results = []
     for name, shape, k, s in LAYERS:
         torch.manual_seed(0)
-        pad = k // 2
-        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-        oh = (shape[2] + 2 * pad - k) // s + 1
-        dy = torch.randn(shape[0], shape[1], oh, oh, device="cuda", dtype=torch.bfloat16).contiguous(
-            memory_format=torch.channels_last)
+        x, dy, pad, oh = layer_inputs(shape, k, s)
         ref = reference(x, dy, k, s, pad)
         weight = torch.empty((shape[1], 1, k, k), device="cuda", dtype=torch.bfloat16).contiguous(
             memory_format=torch.channels_last)
@@ -401,11 +404,7 @@ def one(spec):
     """``LAYER:INDEX``: that layer's INDEX-th config, launched three times (for ncu)."""
     name, index = spec.split(":")
     _, shape, k, s = next(layer for layer in LAYERS if layer[0] == name)
-    pad = k // 2
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-    oh = (shape[2] + 2 * pad - k) // s + 1
-    dy = torch.randn(shape[0], shape[1], oh, oh, device="cuda", dtype=torch.bfloat16).contiguous(
-        memory_format=torch.channels_last)
+    x, dy, pad, _ = layer_inputs(shape, k, s)
     cfg = plan(shape, k, s, pad, shape[1], **configs_for(shape[1], k)[int(index)])
     for _ in range(3):
         run(x, dy, k, s, pad, cfg)
