@@ -34,12 +34,13 @@
 #            rolling prototype's best 7x7 config on ConvNeXt 56x56 C96
 #   nchwprofile  EfficientNet-B0 NCHW b128 steps with torch.profiler (kernel time by name, stock vs patched, and
 #            the caching allocator's cudaMalloc/cudaFree a step): where the routed layers' 3.5 ms went (session 6)
+#   nchwsteps  EfficientNet-B0 NCHW b128 same-model steps with an A/A arm, four rounds (the NCHW rule's
+#            saving is ~5% of kernel time, the spread between runs ~2%)
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (next session: `rolling nchwprofile` first (the rolling kernel's v3; where EfficientNet-B0 NCHW's saving went),
-#  then `occupancy`; on nvidia-h200-x2: `ddp2`)
+# (session 7: `rolling nchwsteps` (the rolling kernel's v4 and ncu; the NCHW rule's step); on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
@@ -157,7 +158,11 @@ PY
         --plugin tools/route_experiments.py:small_dilated_to_merged --models unireplknet_t:32,unireplknet_t:128 \
         --json "$OUT/steps_dilated3.json" 2>&1 | grep -v Warn | tee "$OUT/steps_dilated3.txt" ;;
     rolling)
-      timeout 280 python3 tools/proto_rolling.py --bench --json "$OUT/rolling.json" 2>&1 | grep -v Warn | tee "$OUT/rolling.txt" ;;
+      timeout 360 python3 tools/proto_rolling.py --bench --json "$OUT/rolling.json" 2>&1 | grep -v Warn | tee "$OUT/rolling.txt"
+      timeout 90 ncu --kernel-name regex:rolling --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
+        python3 tools/proto_rolling.py --one convnext-56-c96-k7:1 > "$OUT/ncu_rolling.txt" 2>&1
+      grep -E "Duration|Throughput|Occupancy|Registers|Issued|Eligible|Stall" "$OUT/ncu_rolling.txt" | head -24 ;;
     rules6)
       OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/aten_channels_last -m gpu -q -p no:cacheprovider \
         -n 4 2>&1 | tee "$OUT/pytest_relayout.txt" | grep -E "FAILED|ERROR|passed|failed|relative error" | tail -12
@@ -177,6 +182,10 @@ PY
     nchwprofile)
       timeout 150 python3 tools/step_bench.py --models efficientnet_b0:128 --layouts contiguous --rounds 2 --profile \
         --json "$OUT/profile_effb0_nchw.json" 2>&1 | grep -v Warn | tee "$OUT/profile_effb0_nchw.txt" | tail -30 ;;
+    nchwsteps)
+      timeout 220 python3 tools/step_bench.py --same-model --with-control --rounds 4 --layouts contiguous \
+        --models efficientnet_b0:128 --json "$OUT/steps_nchw_effb0.json" 2>&1 | grep -v Warn \
+        | tee "$OUT/steps_nchw_effb0.txt" ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

@@ -51,7 +51,7 @@ import triton.language as tl
 @triton.jit
 def {name}(
     X, DY, OUT,
-    H, W, OH, OW, PAD_H, PAD_W, C_OUT, KPG, FY,
+    H, W, OH, OW, PAD_H, PAD_W, C_OUT, KPG, FY, KY_BASE,
     ROW_CHUNK, CHUNKS, STRIPS, UNITS, UNITS_PER_PROG,
     stride_xn, stride_xc, stride_xh, stride_xw: tl.constexpr,
     stride_dyn, stride_dyc, stride_dyh, stride_dyw: tl.constexpr,
@@ -59,11 +59,12 @@ def {name}(
     BLOCK_C: tl.constexpr, HAS_CHANNEL_TAIL: tl.constexpr,
 ):
     # Generated: {fyb} filter rows of {fx} taps a program, stride ({sh}, {sw}), dilation_w {dw},
-    # {bw} columns a strip, prefetch {prefetch}, unmasked interior {interior}. The column strides are
-    # constexpr: a load's offset within a row is then an immediate of the load instruction.
+    # {bw} columns a strip, prefetch {prefetch}, unmasked interior {interior}, interior unrolled {unroll}.
+    # The column strides are constexpr: a load's offset within a row is then an immediate of the load
+    # instruction. Filter rows KY_BASE + program_id(2) * {fyb} onwards (a tail launch covers FY % {fyb}).
     pid_c = tl.program_id(0)
     split = tl.program_id(1)
-    ky0 = tl.program_id(2) * {fyb}
+    ky0 = KY_BASE + tl.program_id(2) * {fyb}
     chans = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     chan_ok = chans < C_OUT
     x_chan = X + (chans // KPG) * stride_xc
@@ -72,18 +73,22 @@ def {name}(
 """
 
 
-def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: bool, interior: bool = False) -> str:
-    """Kernel source for ``fyb`` filter rows a program (rows ky0 .. ky0 + fyb - 1 of the filter,
-    ky0 = program_id(2) * fyb; rows past FY are computed and not stored). ``interior``: the steps of
-    a strip whose columns and channels are all inside, and whose rows are, run a body with no mask
-    (no predicate, no zero fill a load); the others the masked one (v3; not with ``prefetch``)."""
-    assert not (prefetch and interior)
+def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: bool, interior: bool = False,
+            unroll: int = 1) -> str:
+    """Kernel source for ``fyb`` filter rows a program (rows ky0 .. ky0 + fyb - 1 of the filter;
+    rows past FY are computed and not stored). ``interior``: the steps of a strip whose columns and
+    channels are all inside, and whose rows are, run a body with no mask (no predicate, no zero fill
+    a load); the others the masked one (v3). ``prefetch`` without ``interior``: every step issues
+    the next step's loads before its own FMAs (v2); with ``interior`` (v4): the unmasked steps do,
+    the border steps load their own. ``unroll``: the unmasked loop's unroll factor (v4; lets the
+    scheduler hoist the next step's loads and rename the rolled rows instead of moving them)."""
     offsets = sorted({w * sw + kx * dw for w in range(bw) for kx in range(fx)})
     kept = max(0, fyb - sh)           # rows carried from one output row to the next
     fresh = fyb - kept                # rows loaded each step
     p, q, b = " " * 4, " " * 8, " " * 12
     lines = [_HEAD.format(name=KERNEL_NAME, fyb=fyb, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw, prefetch=prefetch,
-                          interior=interior)]
+                          interior=interior, unroll=unroll)]
+
     def zeros(names):
         return [f"{p}{name} = tl.zeros((BLOCK_C,), dtype=tl.float32)" for name in names]
 
@@ -135,37 +140,45 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
             out.append(f"{indent}{name}_{w} = tl.load(dy_row + {w} * stride_dyw, mask={mask}, other=0.0).to(tl.float32)")
         return out
 
+    def load_unmasked(indent, rows, dys, oh_expr):
+        out = [f"{indent}dy_row = dy_img + ({oh_expr}) * stride_dyh"]
+        for w in range(bw):
+            out.append(f"{indent}{dys}_{w} = tl.load(dy_row + {w} * stride_dyw).to(tl.float32)")
+        out.append(f"{indent}row_ptr = x_img + (({oh_expr}) * {sh} - PAD_H + ky0 + {kept}) * stride_xh")
+        for f in range(fresh):
+            for o in offsets:
+                out.append(f"{indent}{rows}{f}_{o} = tl.load(row_ptr + ({f} * stride_xh + {o} * stride_xw))"
+                           f".to(tl.float32)")
+        return out
+
     # Prologue: the rows the chunk's first output row shares with the (virtual) row above it.
     lines += load_rows(q, [f"r{j}" for j in range(kept)], 0, "oh_lo")
-    if prefetch:  # ...and the first step's fresh rows and grad_output
+    if prefetch and not interior:  # ...and the first step's fresh rows and grad_output
         lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "oh_lo")
         lines += load_dy(q, "pd", "oh_lo")
 
     def row_name(ky: int, o: int) -> str:
         return f"r{ky}_{o}" if ky < kept else f"n{ky - kept}_{o}"
 
-    def step(indent, masked):
+    def step(indent, masked, pipelined):
         out = [f"{indent}oh = oh_counter + ZERO"]
-        if prefetch:
+        if pipelined:
             # this step's operands were loaded a step ago; issue the next step's now
             for f in range(fresh):
                 for o in offsets:
                     out.append(f"{indent}n{f}_{o} = p{f}_{o}")
             for w in range(bw):
                 out.append(f"{indent}dv_{w} = pd_{w}")
-            out += load_rows(indent, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi")
-            out += load_dy(indent, "pd", "oh + 1", "oh + 1 < oh_hi")
+            if masked:
+                out += load_rows(indent, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi")
+                out += load_dy(indent, "pd", "oh + 1", "oh + 1 < oh_hi")
+            else:
+                out += load_unmasked(indent, "p", "pd", "oh + 1")
         elif masked:
             out += load_dy(indent, "dv", "oh")
             out += load_rows(indent, [f"n{f}" for f in range(fresh)], kept, "oh")
         else:
-            out.append(f"{indent}dy_row = dy_img + oh * stride_dyh")
-            for w in range(bw):
-                out.append(f"{indent}dv_{w} = tl.load(dy_row + {w} * stride_dyw).to(tl.float32)")
-            out.append(f"{indent}row_ptr = x_img + (oh * {sh} - PAD_H + ky0 + {kept}) * stride_xh")
-            for f in range(fresh):
-                for o in offsets:
-                    out.append(f"{indent}n{f}_{o} = tl.load(row_ptr + ({f} * stride_xh + {o} * stride_xw)).to(tl.float32)")
+            out += load_unmasked(indent, "n", "dv", "oh")
         for ky in range(fyb):
             for kx in range(fx):
                 for w in range(bw):
@@ -178,7 +191,7 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
 
     if not interior:
         lines.append(f"{q}for oh_counter in range(oh_lo, oh_hi):")
-        lines += step(b, masked=True)
+        lines += step(b, masked=True, pipelined=prefetch)
     else:
         # Steps [a, b) have every row they load inside the image (the padding rows of the last filter
         # block included); with the strip's columns and channels inside too they take the unmasked body.
@@ -195,11 +208,21 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
             f"{q}in_hi = tl.where(inside, in_hi, oh_hi)",
             f"{q}for oh_counter in range(oh_lo, in_lo):",
         ]
-        lines += step(b, masked=True)
-        lines.append(f"{q}for oh_counter in range(in_lo, in_hi):")
-        lines += step(b, masked=False)
-        lines.append(f"{q}for oh_counter in range(in_hi, oh_hi):")
-        lines += step(b, masked=True)
+        lines += step(b, masked=True, pipelined=False)
+        if prefetch:
+            # Steps [in_lo, pipe_hi) load the next step's operands, all inside; the last interior
+            # step joins the masked tail (its prefetched operands are loaded and not used).
+            lines += [f"{q}pipe_hi = tl.maximum(in_lo, in_hi - 1)", f"{q}has_pipe = in_lo < pipe_hi"]
+            lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "in_lo", "has_pipe")
+            lines += load_dy(q, "pd", "in_lo", "has_pipe")
+            inner_hi = "pipe_hi"
+        else:
+            inner_hi = "in_hi"
+        loop = f"tl.range(in_lo, {inner_hi}, loop_unroll_factor={unroll})" if unroll > 1 else f"range(in_lo, {inner_hi})"
+        lines.append(f"{q}for oh_counter in {loop}:")
+        lines += step(b, masked=False, pipelined=prefetch)
+        lines.append(f"{q}for oh_counter in range({inner_hi}, oh_hi):")
+        lines += step(b, masked=True, pipelined=False)
 
     lines.append(f"{p}out = OUT + split.to(tl.int64) * stride_os + chans * stride_ok")
     for ky in range(fyb):
@@ -210,8 +233,8 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
 
 
 @functools.lru_cache(maxsize=None)
-def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False):
-    source = _source(fyb, fx, sh, sw, dw, bw, prefetch, interior)
+def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False, unroll=1):
+    source = _source(fyb, fx, sh, sw, dw, bw, prefetch, interior, unroll)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"convwgrad_direct_rolling_{digest}"
     directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
@@ -229,7 +252,10 @@ def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False):
 
 
 def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=None, target_programs=None,
-         sms=132, fyb=None, prefetch=False, interior=False):
+         sms=132, fyb=None, prefetch=False, interior=False, unroll=1, tail_split=False):
+    """``tail_split``: where ``fyb`` does not divide the filter height, the last FY % fyb rows run
+    as a second launch of a kernel generated for exactly that many rows, instead of a padded block
+    (7 = 4 + 3 rather than 4 + 4: one row in eight computed for nothing)."""
     n, c, h, w = x_shape
     fyb = fyb or k
     oh = (h + 2 * pad - k) // stride + 1
@@ -247,21 +273,34 @@ def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=
     split = triton.cdiv(units, per)
     return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, cblocks=cblocks,
                 split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps, fyb=fyb, prefetch=prefetch,
-                interior=interior)
+                interior=interior, unroll=unroll, tail_split=tail_split and k % fyb != 0)
+
+
+def _row_launches(k, cfg):
+    """(rows a program, first filter row, programs along the filter height) of each launch."""
+    fyb = cfg["fyb"]
+    if cfg.get("tail_split"):
+        return [(fyb, 0, k // fyb), (k % fyb, (k // fyb) * fyb, 1)]
+    return [(fyb, 0, triton.cdiv(k, fyb))]
+
+
+def kernels_of(k, stride, cfg, dilation=1):
+    return [rolling_kernel(rows, k, stride, stride, dilation, cfg["bw"], cfg["prefetch"], cfg["interior"],
+                           cfg.get("unroll", 1)) for rows, _, _ in _row_launches(k, cfg)]
 
 
 def run(x, dy, k, stride, pad, cfg, *, dilation=1, out=None):
     """dW (fp32, [C, 1, k, k]) of a depthwise 2-D conv (groups = C_in, KPG = C_out / C_in)."""
     n, c, h, w = x.shape
     c_out = dy.shape[1]
-    kern = rolling_kernel(cfg["fyb"], k, stride, stride, dilation, cfg["bw"], cfg["prefetch"], cfg["interior"])
     if out is None:
         out = torch.empty((cfg["split"], c_out, k, k), device=x.device, dtype=torch.float32)
-    grid = (triton.cdiv(c_out, cfg["block_c"]), cfg["split"], triton.cdiv(k, cfg["fyb"]))
-    kern[grid](x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c_out, c_out // c, k,
-               cfg["row_chunk"], cfg["chunks"], cfg["strips"], cfg["units"], cfg["per"],
-               *x.stride(), *dy.stride(), *out.stride()[:2], *out.stride()[2:],
-               BLOCK_C=cfg["block_c"], HAS_CHANNEL_TAIL=c_out % cfg["block_c"] != 0, num_warps=cfg["num_warps"])
+    for kern, (rows, ky_base, row_blocks) in zip(kernels_of(k, stride, cfg, dilation), _row_launches(k, cfg)):
+        grid = (triton.cdiv(c_out, cfg["block_c"]), cfg["split"], row_blocks)
+        kern[grid](x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c_out, c_out // c, k, ky_base,
+                   cfg["row_chunk"], cfg["chunks"], cfg["strips"], cfg["units"], cfg["per"],
+                   *x.stride(), *dy.stride(), *out.stride()[:2], *out.stride()[2:],
+                   BLOCK_C=cfg["block_c"], HAS_CHANNEL_TAIL=c_out % cfg["block_c"] != 0, num_warps=cfg["num_warps"])
     return out
 
 
@@ -287,16 +326,18 @@ def check_cpu():
         oh = (shape[2] + 2 * p - k) // s + 1
         ow = (shape[3] + 2 * p - k) // s + 1
         dy = torch.randn(shape[0], shape[1], oh, ow).contiguous(memory_format=torch.channels_last)
-        for row_chunk, fyb, prefetch, interior in ((None, None, False, False), (2, None, True, False),
-                                                   (3, 2, True, False), (None, 2, False, True), (2, None, False, True),
-                                                   (3, 3, False, True)):
+        for row_chunk, fyb, prefetch, interior, unroll, tail in (
+                (None, None, False, False, 1, False), (2, None, True, False, 1, False), (3, 2, True, False, 1, False),
+                (None, 2, False, True, 1, False), (2, None, False, True, 1, False), (3, 3, False, True, 1, False),
+                (None, 2, True, True, 1, True), (5, 3, True, True, 1, False), (None, 2, False, True, 2, True),
+                (None, 3, True, True, 2, True)):
             cfg = plan(shape, k, s, p, shape[1], block_c=bc, bw=bw, row_chunk=row_chunk, target_programs=3, fyb=fyb,
-                       prefetch=prefetch, interior=interior)
+                       prefetch=prefetch, interior=interior, unroll=unroll, tail_split=tail)
             out = run(x, dy, k, s, p, cfg)
             got = out.sum(0, keepdim=False).unsqueeze(1)
             err = rel(got, reference(x, dy, k, s, p))
             print(f"{shape} k{k} s{s} p{p} bc{bc} bw{bw} chunk{row_chunk} fyb{fyb} prefetch{prefetch} interior{interior} "
-                  f"split{cfg['split']}: err {err:.1e}")
+                  f"unroll{unroll} tail{cfg['tail_split']} split{cfg['split']}: err {err:.1e}")
             assert err < 1e-5, err
 
 
@@ -314,23 +355,27 @@ LAYERS = [
 
 
 def configs_for(c, k):
-    """(channels a program, warps, columns a strip, filter rows a program, prefetch, unmasked interior):
-    one channel a thread (2-byte loads), two (4-byte) where the window is small. Session 6: v1 (all
-    rows a program) spilled on 7x7; v2 (row blocks, prefetch) reached 0.62-1.14x cuDNN, issue-bound
-    at ~2.3 SASS instructions a FMA in its inner loop. v3 (unmasked interior, constexpr column
-    strides: load offsets become immediates) is 1.46-1.93 offline (sm_90, Triton 3.9). The first
-    config of each is v2's best, the baseline."""
+    """(channels a program, warps, columns a strip, filter rows a program, prefetch, unmasked interior,
+    interior unroll, tail split): one channel a thread (2-byte loads), two (4-byte) where the window
+    is small. Session 6: v1 (all rows a program) spilled on 7x7; v2 (row blocks, prefetch) reached
+    0.62-1.14x cuDNN, issue-bound at ~2.3 SASS instructions a FMA in its inner loop. Session 7: v3
+    (unmasked interior, constexpr column strides; 1.46-1.93 offline) reached 0.74-1.00x on 7x7 at BW 8
+    and lost to v2 at BW 4 (no prefetch: load latency exposed at 1-warp programs). v4 pipelines the
+    unmasked steps (prefetch + interior), or unrolls them, and splits 7 = 4 + 3. The first config of
+    each is session 7's best v3, the baseline."""
     if k >= 7:
-        tiles = ((32, 1, 4, 4, True, False), (32, 1, 4, 4, False, True), (32, 1, 8, 4, False, True),
-                 (64, 2, 4, 4, False, True), (32, 1, 8, 2, False, True))
+        tiles = ((32, 1, 8, 2, False, True, 1, False), (32, 1, 8, 4, False, True, 2, True),
+                 (32, 1, 8, 4, True, True, 2, True), (32, 1, 8, 2, False, True, 2, False),
+                 (32, 1, 8, 4, True, True, 1, True), (32, 1, 8, 2, True, True, 1, False))
     elif k >= 5:
-        tiles = ((32, 1, 8, 3, True, False), (32, 1, 4, 5, False, True), (32, 1, 8, 5, False, True),
-                 (32, 1, 8, 3, False, True))
+        tiles = ((32, 1, 8, 5, False, True, 1, False), (32, 1, 8, 5, False, True, 2, False),
+                 (32, 1, 8, 5, True, True, 2, False), (32, 1, 8, 3, False, True, 2, True))
     else:
-        tiles = ((64, 1, 4, 3, True, False), (64, 1, 8, 3, False, True), (32, 1, 8, 3, False, True),
-                 (32, 1, 16, 3, False, True), (128, 2, 8, 3, False, True))
-    return [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf, interior=inner)
-            for bc, nw, bw, fyb, pf, inner in tiles]
+        tiles = ((32, 1, 16, 3, False, True, 1, False), (32, 1, 8, 3, False, True, 2, False),
+                 (32, 1, 16, 3, False, True, 2, False), (32, 1, 8, 3, True, True, 2, False),
+                 (64, 1, 8, 3, False, True, 2, False))
+    return [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf, interior=inner, unroll=unroll, tail_split=tail)
+            for bc, nw, bw, fyb, pf, inner, unroll, tail in tiles]
 
 
 def layer_inputs(shape, k, s):
@@ -343,10 +388,111 @@ def layer_inputs(shape, k, s):
     return x, dy, pad, oh
 
 
+def _compile_one(job):
+    """Launch one (layer, config) once, so that its kernels are in Triton's on-disk cache when the
+    bench reaches them (a worker process of ``_precompile``)."""
+    name, cfg_args = job
+    _, shape, k, s = next(layer for layer in LAYERS if layer[0] == name)
+    x, dy, pad, _ = layer_inputs(shape, k, s)
+    try:
+        run(x, dy, k, s, pad, plan(shape, k, s, pad, shape[1], **cfg_args))
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 (the bench reports it again)
+        return f"{name} {cfg_args}: {type(e).__name__}"
+    return None
+
+
+def _precompile(workers=12):
+    """Compile every config of every layer in parallel processes first: in session 7 the bench spent
+    most of its 280 s limit compiling one generated kernel after another."""
+    import concurrent.futures
+    import multiprocessing
+
+    jobs = [(name, cfg_args) for name, shape, k, _ in LAYERS for cfg_args in configs_for(shape[1], k)]
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for failure in pool.map(_compile_one, jobs):
+            if failure:
+                print("  precompile:", failure, flush=True)
+
+
+def offline(target="sm_90"):
+    """Registers, spills and SASS instructions a FFMA of every 7x7/5x5/3x3 config, compiled on the
+    CPU (sm_90 through Triton's bundled ptxas; gfx950: registers and scratch only)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    gpu_target = GPUTarget("cuda", 90, 32) if target == "sm_90" else GPUTarget("hip", "gfx950", 64)
+    seen = set()
+    for name, shape, k, s in LAYERS:
+        for cfg_args in configs_for(shape[1], k):
+            cfg = plan(shape, k, s, k // 2, shape[1], **cfg_args)
+            for kern in kernels_of(k, s, cfg):
+                if kern in seen:
+                    continue
+                seen.add(kern)
+                names = list(kern.arg_names)
+                constexprs = {"BLOCK_C": cfg["block_c"], "HAS_CHANNEL_TAIL": False, "stride_xw": shape[1],
+                              "stride_dyw": shape[1]}
+                signature = {a: ("*bf16" if a in ("X", "DY") else "*fp32" if a == "OUT" else
+                                 "constexpr" if a in constexprs else "i32") for a in names}
+                attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in
+                         ("X", "DY", "OUT", "stride_xn", "stride_xh", "stride_dyn", "stride_dyh", "stride_os",
+                          "stride_ok")}
+                compiled = triton.compile(ASTSource(kern, signature, constexprs, attrs), target=gpu_target,
+                                          options={"num_warps": cfg["num_warps"]})
+                meta = compiled.metadata
+                line = f"{name:22s} {kern.fn.__module__[-8:]} rows {kern_rows(kern)} "
+                if target == "sm_90":
+                    line += _sass_summary(compiled.asm["cubin"])
+                else:
+                    amd = compiled.asm["amdgcn"]
+                    vgpr = [l for l in amd.splitlines() if ".vgpr_count" in l or "NumVgprs:" in l][:1]
+                    scratch = [l for l in amd.splitlines() if "ScratchSize" in l][:1]
+                    line += f"{' '.join(v.strip() for v in vgpr)} {' '.join(v.strip() for v in scratch)}"
+                print(line, {key: cfg_args[key] for key in ("block_c", "bw", "fyb", "prefetch", "unroll",
+                                                            "tail_split")}, flush=True)
+
+
+def _sass_summary(cubin: bytes) -> str:
+    """Registers and spill bytes (cuobjdump -res-usage), and the instructions a FFMA of the basic
+    block with the most FFMA and, among those, the fewest instructions (the unmasked interior loop's
+    body) from Triton's bundled tools."""
+    import re as _re
+    import subprocess
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", f.name], capture_output=True,
+                               text=True).stdout
+        sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
+    regs = _re.search(r"REG:(\d+)", usage)
+    stack = _re.search(r"STACK:(\d+)", usage)
+    blocks, current = [], []
+    for text in sass.splitlines():
+        if _re.match(r"^\.L_x_\d+:", text.strip()):
+            blocks.append(current)
+            current = []
+        elif "/*" in text and ";" in text:
+            current.append(text)
+    blocks.append(current)
+    body = max(blocks, key=lambda block: (sum("FFMA" in t for t in block), -len(block)))  # the unmasked one
+    ffma = sum("FFMA" in t for t in body)
+    return (f"regs {regs.group(1) if regs else '?'} stack {stack.group(1) if stack else '?'} "
+            f"loop {len(body)} instr / {ffma} FFMA = {len(body) / max(ffma, 1):.2f} ")
+
+
+def kern_rows(kern):
+    import re as _re
+    return _re.search(r"Generated: (\d+) filter rows", open(kern.fn.__code__.co_filename).read()).group(1)
+
+
 def bench(json_path):
     sys.path.insert(0, os.path.dirname(__file__))
     from step_bench import _eager_time_us, _graph_time_us
 
+    _precompile()
     results = []
     for name, shape, k, s in LAYERS:
         torch.manual_seed(0)
@@ -380,15 +526,16 @@ def bench(json_path):
                 return run(x, dy, k, s, pad, cfg, out=ws).sum(0).to(torch.bfloat16)
 
             g, e = _graph_time_us(call), _eager_time_us(call)
-            kern = rolling_kernel(cfg["fyb"], k, s, s, 1, cfg["bw"], cfg["prefetch"], cfg["interior"])
             regs = spills = None
-            try:
-                compiled = list(kern.device_caches[0][0].values())[-1]
-                regs, spills = compiled.n_regs, compiled.n_spills
+            try:  # the widest of the launches (a tail launch is the smaller kernel)
+                compiled = [list(kern.device_caches[0][0].values())[-1] for kern in kernels_of(k, s, cfg)]
+                regs, spills = max(c.n_regs for c in compiled), max(c.n_spills for c in compiled)
             except Exception:  # noqa: BLE001
                 pass
-            label = (f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} rows{cfg['fyb']} "
+            label = (f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} rows{cfg['fyb']}"
+                     f"{'+' + str(k % cfg['fyb']) if cfg['tail_split'] else ''} "
                      f"{'prefetch ' if cfg['prefetch'] else ''}{'interior ' if cfg['interior'] else ''}"
+                     f"{'unroll' + str(cfg['unroll']) + ' ' if cfg['unroll'] > 1 else ''}"
                      f"split{cfg['split']} per{cfg['per']}")
             print(f"  {label:40s} graph {g:8.1f} us ({base_g / g:5.2f}x cuDNN)  eager {e:8.1f} ({base_e / e:5.2f}x)  "
                   f"{g / floor:5.1f}x floor  err {err:.1e} written {written} regs {regs} spills {spills}", flush=True)
@@ -418,7 +565,10 @@ if __name__ == "__main__":
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--one", help="LAYER:INDEX: launch one config three times (for ncu)")
+    parser.add_argument("--offline", choices=("sm_90", "gfx950"), help="compile every config on the CPU")
     args = parser.parse_args()
+    if args.offline:
+        offline(args.offline)
     if args.one:
         one(args.one)
     if args.check_cpu:
