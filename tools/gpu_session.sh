@@ -36,6 +36,9 @@
 #            the caching allocator's cudaMalloc/cudaFree a step): where the routed layers' 3.5 ms went (session 6)
 #   nchwsteps  EfficientNet-B0 NCHW b128 same-model steps with an A/A arm, four rounds (the NCHW rule's
 #            saving is ~5% of kernel time, the spread between runs ~2%)
+#   unirepaten  UniRepLKNet-T b32 CL, the built-in router and then every depthwise layer to cuDNN
+#            (tools/route_experiments.py:depthwise_to_aten), each against stock with an A/A arm
+#   protogpu the rolling prototype's float64 tests on the GPU
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
@@ -161,7 +164,7 @@ PY
       timeout 360 python3 tools/proto_rolling.py --bench --json "$OUT/rolling.json" 2>&1 | grep -v Warn | tee "$OUT/rolling.txt"
       timeout 90 ncu --kernel-name regex:rolling --launch-skip 2 --launch-count 1 --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
-        python3 tools/proto_rolling.py --one convnext-56-c96-k7:1 > "$OUT/ncu_rolling.txt" 2>&1
+        python3 tools/proto_rolling.py --one convnext-56-c96-k7:${ROLLING_NCU_INDEX:-0} > "$OUT/ncu_rolling.txt" 2>&1
       grep -E "Duration|Throughput|Occupancy|Registers|Issued|Eligible|Stall" "$OUT/ncu_rolling.txt" | head -24 ;;
     rules6)
       OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/aten_channels_last -m gpu -q -p no:cacheprovider \
@@ -186,6 +189,14 @@ PY
       timeout 220 python3 tools/step_bench.py --same-model --with-control --rounds 4 --layouts contiguous \
         --models efficientnet_b0:128 --json "$OUT/steps_nchw_effb0.json" 2>&1 | grep -v Warn \
         | tee "$OUT/steps_nchw_effb0.txt" ;;
+    unirepaten)
+      for plugin in "" "--plugin tools/route_experiments.py:depthwise_to_aten"; do
+        timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds 3 $plugin \
+          --models unireplknet_t:32 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/steps_unirep_aten.txt"
+      done ;;
+    protogpu)
+      OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/wgrad_direct/test_rolling_prototype.py -q \
+        -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_proto.txt" | tail -3 ;;
     graphtests)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
         "tests/plugins/wgrad_shifted/test_shifted_gpu.py::test_shifted_bf16_vs_reference" -k "graph or captured or k7-d2" \

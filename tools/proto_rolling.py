@@ -74,20 +74,25 @@ def {name}(
 
 
 def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: bool, interior: bool = False,
-            unroll: int = 1) -> str:
+            unroll: int = 1, deferred: bool = False) -> str:
     """Kernel source for ``fyb`` filter rows a program (rows ky0 .. ky0 + fyb - 1 of the filter;
     rows past FY are computed and not stored). ``interior``: the steps of a strip whose columns and
     channels are all inside, and whose rows are, run a body with no mask (no predicate, no zero fill
     a load); the others the masked one (v3). ``prefetch`` without ``interior``: every step issues
     the next step's loads before its own FMAs (v2); with ``interior`` (v4): the unmasked steps do,
     the border steps load their own. ``unroll``: the unmasked loop's unroll factor (v4; lets the
-    scheduler hoist the next step's loads and rename the rolled rows instead of moving them)."""
+    scheduler hoist the next step's loads and rename the rolled rows instead of moving them).
+    ``deferred`` (with ``prefetch``): the prefetched operands stay in the input dtype until the step
+    that uses them converts them; converted at the load, the conversion waits for the load right
+    there and the prefetch hides nothing (session 7's reading of v4's flat prefetch result)."""
     offsets = sorted({w * sw + kx * dw for w in range(bw) for kx in range(fx)})
     kept = max(0, fyb - sh)           # rows carried from one output row to the next
     fresh = fyb - kept                # rows loaded each step
     p, q, b = " " * 4, " " * 8, " " * 12
     lines = [_HEAD.format(name=KERNEL_NAME, fyb=fyb, fx=fx, sh=sh, sw=sw, dw=dw, bw=bw, prefetch=prefetch,
-                          interior=interior, unroll=unroll)]
+                          interior=interior, unroll=unroll, deferred=deferred)]
+
+    at_load, at_use = ("", ".to(tl.float32)") if deferred else (".to(tl.float32)", "")
 
     def zeros(names):
         return [f"{p}{name} = tl.zeros((BLOCK_C,), dtype=tl.float32)" for name in names]
@@ -98,8 +103,9 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
     # Loop-carried values start as zeros (each unit's prologue loads their real values).
     lines += zeros(f"r{j}_{o}" for j in range(kept) for o in offsets)
     if prefetch:
-        lines += zeros(f"p{f}_{o}" for f in range(fresh) for o in offsets)
-        lines += zeros(f"pd_{w}" for w in range(bw))
+        held = "X.dtype.element_ty" if deferred else "tl.float32"
+        lines += [f"{p}p{f}_{o} = tl.zeros((BLOCK_C,), dtype={held})" for f in range(fresh) for o in offsets]
+        lines += [f"{p}pd_{w} = tl.zeros((BLOCK_C,), dtype={held})" for w in range(bw)]
     lines.append(f"{p}u_lo = split * UNITS_PER_PROG")
     lines.append(f"{p}u_hi = tl.minimum(u_lo + UNITS_PER_PROG, UNITS)")
     lines.append(f"{p}for u_counter in range(u_lo, u_hi):")
@@ -121,7 +127,7 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
     lines.append(f"{q}oh_lo = chunk * ROW_CHUNK")
     lines.append(f"{q}oh_hi = tl.minimum(oh_lo + ROW_CHUNK, OH)")
 
-    def load_rows(indent, names, first_ky, oh_expr, extra_ok=None):
+    def load_rows(indent, names, first_ky, oh_expr, extra_ok=None, convert=".to(tl.float32)"):
         out = [f"{indent}iy_top = ({oh_expr}) * {sh} - PAD_H + ky0"]
         for i, name in enumerate(names):
             out.append(f"{indent}iy = iy_top + {first_ky + i}")
@@ -130,32 +136,32 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
             out.append(f"{indent}row_ptr = x_img + iy * stride_xh")
             for o in offsets:
                 out.append(f"{indent}{name}_{o} = tl.load(row_ptr + off_{o}, mask=tl.where(row_ok, cm_{o}, False), "
-                           f"other=0.0).to(tl.float32)")
+                           f"other=0.0){convert}")
         return out
 
-    def load_dy(indent, name, oh_expr, extra_ok=None):
+    def load_dy(indent, name, oh_expr, extra_ok=None, convert=".to(tl.float32)"):
         out = [f"{indent}dy_row = dy_img + ({oh_expr}) * stride_dyh"]
         for w in range(bw):
             mask = f"tl.where({extra_ok}, dm_{w}, False)" if extra_ok else f"dm_{w}"
-            out.append(f"{indent}{name}_{w} = tl.load(dy_row + {w} * stride_dyw, mask={mask}, other=0.0).to(tl.float32)")
+            out.append(f"{indent}{name}_{w} = tl.load(dy_row + {w} * stride_dyw, mask={mask}, other=0.0){convert}")
         return out
 
-    def load_unmasked(indent, rows, dys, oh_expr):
+    def load_unmasked(indent, rows, dys, oh_expr, convert=".to(tl.float32)"):
         out = [f"{indent}dy_row = dy_img + ({oh_expr}) * stride_dyh"]
         for w in range(bw):
-            out.append(f"{indent}{dys}_{w} = tl.load(dy_row + {w} * stride_dyw).to(tl.float32)")
+            out.append(f"{indent}{dys}_{w} = tl.load(dy_row + {w} * stride_dyw){convert}")
         out.append(f"{indent}row_ptr = x_img + (({oh_expr}) * {sh} - PAD_H + ky0 + {kept}) * stride_xh")
         for f in range(fresh):
             for o in offsets:
                 out.append(f"{indent}{rows}{f}_{o} = tl.load(row_ptr + ({f} * stride_xh + {o} * stride_xw))"
-                           f".to(tl.float32)")
+                           f"{convert}")
         return out
 
     # Prologue: the rows the chunk's first output row shares with the (virtual) row above it.
     lines += load_rows(q, [f"r{j}" for j in range(kept)], 0, "oh_lo")
     if prefetch and not interior:  # ...and the first step's fresh rows and grad_output
-        lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "oh_lo")
-        lines += load_dy(q, "pd", "oh_lo")
+        lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "oh_lo", None, at_load)
+        lines += load_dy(q, "pd", "oh_lo", None, at_load)
 
     def row_name(ky: int, o: int) -> str:
         return f"r{ky}_{o}" if ky < kept else f"n{ky - kept}_{o}"
@@ -166,14 +172,14 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
             # this step's operands were loaded a step ago; issue the next step's now
             for f in range(fresh):
                 for o in offsets:
-                    out.append(f"{indent}n{f}_{o} = p{f}_{o}")
+                    out.append(f"{indent}n{f}_{o} = p{f}_{o}{at_use}")
             for w in range(bw):
-                out.append(f"{indent}dv_{w} = pd_{w}")
+                out.append(f"{indent}dv_{w} = pd_{w}{at_use}")
             if masked:
-                out += load_rows(indent, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi")
-                out += load_dy(indent, "pd", "oh + 1", "oh + 1 < oh_hi")
+                out += load_rows(indent, [f"p{f}" for f in range(fresh)], kept, "oh + 1", "oh + 1 < oh_hi", at_load)
+                out += load_dy(indent, "pd", "oh + 1", "oh + 1 < oh_hi", at_load)
             else:
-                out += load_unmasked(indent, "p", "pd", "oh + 1")
+                out += load_unmasked(indent, "p", "pd", "oh + 1", at_load)
         elif masked:
             out += load_dy(indent, "dv", "oh")
             out += load_rows(indent, [f"n{f}" for f in range(fresh)], kept, "oh")
@@ -213,8 +219,8 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
             # Steps [in_lo, pipe_hi) load the next step's operands, all inside; the last interior
             # step joins the masked tail (its prefetched operands are loaded and not used).
             lines += [f"{q}pipe_hi = tl.maximum(in_lo, in_hi - 1)", f"{q}has_pipe = in_lo < pipe_hi"]
-            lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "in_lo", "has_pipe")
-            lines += load_dy(q, "pd", "in_lo", "has_pipe")
+            lines += load_rows(q, [f"p{f}" for f in range(fresh)], kept, "in_lo", "has_pipe", at_load)
+            lines += load_dy(q, "pd", "in_lo", "has_pipe", at_load)
             inner_hi = "pipe_hi"
         else:
             inner_hi = "in_hi"
@@ -233,8 +239,8 @@ def _source(fyb: int, fx: int, sh: int, sw: int, dw: int, bw: int, prefetch: boo
 
 
 @functools.lru_cache(maxsize=None)
-def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False, unroll=1):
-    source = _source(fyb, fx, sh, sw, dw, bw, prefetch, interior, unroll)
+def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False, unroll=1, deferred=False):
+    source = _source(fyb, fx, sh, sw, dw, bw, prefetch, interior, unroll, deferred)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"convwgrad_direct_rolling_{digest}"
     directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
@@ -252,7 +258,8 @@ def rolling_kernel(fyb, fx, sh, sw, dw, bw, prefetch=False, interior=False, unro
 
 
 def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=None, target_programs=None,
-         sms=132, fyb=None, prefetch=False, interior=False, unroll=1, tail_split=False):
+         sms=132, fyb=None, prefetch=False, interior=False, unroll=1, tail_split=False, per_sm=16,
+         deferred=False):
     """``tail_split``: where ``fyb`` does not divide the filter height, the last FY % fyb rows run
     as a second launch of a kernel generated for exactly that many rows, instead of a padded block
     (7 = 4 + 3 rather than 4 + 4: one row in eight computed for nothing)."""
@@ -261,8 +268,11 @@ def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=
     oh = (h + 2 * pad - k) // stride + 1
     ow = (w + 2 * pad - k) // stride + 1
     strips = triton.cdiv(ow, bw)
-    cblocks = triton.cdiv(c_out, block_c) * triton.cdiv(k, fyb)  # programs a unit: channel and filter-row blocks
-    target_programs = target_programs or sms * 16
+    # programs a unit and launch: channel and filter-row blocks (a tail launch runs after the main
+    # one, so each is sized to fill the GPU alone: session 7's first 4 + 3 run halved its programs)
+    row_blocks = k // fyb if tail_split and k % fyb else triton.cdiv(k, fyb)
+    cblocks = triton.cdiv(c_out, block_c) * row_blocks
+    target_programs = target_programs or sms * per_sm
     if row_chunk is None:  # whole images, or chunks of >= 2k rows where images alone leave the GPU idle
         wanted = triton.cdiv(target_programs, cblocks * n * strips)
         row_chunk = max(min(oh, 2 * k), triton.cdiv(oh, wanted))
@@ -273,7 +283,8 @@ def plan(x_shape, k, stride, pad, c_out, *, block_c, bw, num_warps=1, row_chunk=
     split = triton.cdiv(units, per)
     return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, cblocks=cblocks,
                 split=split, per=per, block_c=block_c, bw=bw, num_warps=num_warps, fyb=fyb, prefetch=prefetch,
-                interior=interior, unroll=unroll, tail_split=tail_split and k % fyb != 0)
+                interior=interior, unroll=unroll, tail_split=tail_split and k % fyb != 0, per_sm=per_sm,
+                deferred=deferred and prefetch)
 
 
 def _row_launches(k, cfg):
@@ -286,7 +297,7 @@ def _row_launches(k, cfg):
 
 def kernels_of(k, stride, cfg, dilation=1):
     return [rolling_kernel(rows, k, stride, stride, dilation, cfg["bw"], cfg["prefetch"], cfg["interior"],
-                           cfg.get("unroll", 1)) for rows, _, _ in _row_launches(k, cfg)]
+                           cfg.get("unroll", 1), cfg.get("deferred", False)) for rows, _, _ in _row_launches(k, cfg)]
 
 
 def run(x, dy, k, stride, pad, cfg, *, dilation=1, out=None):
@@ -363,19 +374,27 @@ def configs_for(c, k):
     and lost to v2 at BW 4 (no prefetch: load latency exposed at 1-warp programs). v4 pipelines the
     unmasked steps (prefetch + interior), or unrolls them, and splits 7 = 4 + 3. The first config of
     each is session 7's best v3, the baseline."""
+    # Session 7, second run: unroll 2 and 4 + 3 rows lost (the tail launch halved each launch's
+    # programs: 6.7% achieved occupancy under ncu, 1.27 warps a scheduler); prefetch with interior
+    # was even with v3: its loads were converted to fp32 where they were issued, so the warp waited
+    # there. Deferring the conversion (offline SASS) lets ptxas sink the loads to the last third of
+    # the body, so the third run also asks for more resident warps instead: programs a SM (per_sm,
+    # the last field; 96-108 registers leave room for ~19 one-warp programs a SM).
     if k >= 7:
-        tiles = ((32, 1, 8, 2, False, True, 1, False), (32, 1, 8, 4, False, True, 2, True),
-                 (32, 1, 8, 4, True, True, 2, True), (32, 1, 8, 2, False, True, 2, False),
-                 (32, 1, 8, 4, True, True, 1, True), (32, 1, 8, 2, True, True, 1, False))
+        tiles = ((32, 1, 8, 2, False, True, 1, False, False, 16), (32, 1, 8, 2, True, True, 1, False, True, 16),
+                 (32, 1, 8, 2, False, True, 1, False, False, 24), (64, 2, 8, 2, True, True, 1, False, True, 16))
     elif k >= 5:
-        tiles = ((32, 1, 8, 5, False, True, 1, False), (32, 1, 8, 5, False, True, 2, False),
-                 (32, 1, 8, 5, True, True, 2, False), (32, 1, 8, 3, False, True, 2, True))
+        tiles = ((32, 1, 8, 5, False, True, 1, False, False, 16), (32, 1, 8, 5, True, True, 1, False, True, 16),
+                 (32, 1, 8, 5, False, True, 1, False, False, 24))
     else:
-        tiles = ((32, 1, 16, 3, False, True, 1, False), (32, 1, 8, 3, False, True, 2, False),
-                 (32, 1, 16, 3, False, True, 2, False), (32, 1, 8, 3, True, True, 2, False),
-                 (64, 1, 8, 3, False, True, 2, False))
-    return [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf, interior=inner, unroll=unroll, tail_split=tail)
-            for bc, nw, bw, fyb, pf, inner, unroll, tail in tiles]
+        tiles = ((32, 1, 16, 3, False, True, 1, False, False, 16), (32, 1, 16, 3, True, True, 1, False, True, 16),
+                 (32, 1, 16, 3, False, True, 1, False, False, 24), (64, 1, 8, 3, False, True, 2, False, False, 16))
+    configs = [dict(block_c=bc, num_warps=nw, bw=bw, fyb=fyb, prefetch=pf, interior=inner, unroll=unroll,
+                    tail_split=tail, deferred=deferred, per_sm=per_sm)
+               for bc, nw, bw, fyb, pf, inner, unroll, tail, deferred, per_sm in tiles]
+    if k >= 7:  # ~19 programs a SM needs shorter row chunks on the 56x56 layer (whole images give 13.6)
+        configs += [dict(configs[0], per_sm=19, row_chunk=chunk) for chunk in (28, 14)]
+    return configs
 
 
 def layer_inputs(shape, k, s):
@@ -450,7 +469,7 @@ def offline(target="sm_90"):
                     scratch = [l for l in amd.splitlines() if "ScratchSize" in l][:1]
                     line += f"{' '.join(v.strip() for v in vgpr)} {' '.join(v.strip() for v in scratch)}"
                 print(line, {key: cfg_args[key] for key in ("block_c", "bw", "fyb", "prefetch", "unroll",
-                                                            "tail_split")}, flush=True)
+                                                            "tail_split", "deferred")}, flush=True)
 
 
 def _sass_summary(cubin: bytes) -> str:
@@ -532,10 +551,10 @@ def bench(json_path):
                 regs, spills = max(c.n_regs for c in compiled), max(c.n_spills for c in compiled)
             except Exception:  # noqa: BLE001
                 pass
-            label = (f"c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} rows{cfg['fyb']}"
+            label = (f"{'chunk' + str(cfg['row_chunk']) + ' ' if 'row_chunk' in cfg_args else ''}c{cfg['block_c']} nw{cfg['num_warps']} bw{cfg['bw']} rows{cfg['fyb']}"
                      f"{'+' + str(k % cfg['fyb']) if cfg['tail_split'] else ''} "
-                     f"{'prefetch ' if cfg['prefetch'] else ''}{'interior ' if cfg['interior'] else ''}"
-                     f"{'unroll' + str(cfg['unroll']) + ' ' if cfg['unroll'] > 1 else ''}"
+                     f"{('deferred-' if cfg['deferred'] else '') + 'prefetch ' if cfg['prefetch'] else ''}{'interior ' if cfg['interior'] else ''}"
+                     f"{'unroll' + str(cfg['unroll']) + ' ' if cfg['unroll'] > 1 else ''}t{cfg['per_sm']} "
                      f"split{cfg['split']} per{cfg['per']}")
             print(f"  {label:40s} graph {g:8.1f} us ({base_g / g:5.2f}x cuDNN)  eager {e:8.1f} ({base_e / e:5.2f}x)  "
                   f"{g / floor:5.1f}x floor  err {err:.1e} written {written} regs {regs} spills {spills}", flush=True)

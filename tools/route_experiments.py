@@ -26,6 +26,13 @@ slower than cuDNN channels_last):
     python tools/step_bench.py --same-model --with-control --layouts contiguous \\
         --models convnext_tiny:64 --plugin tools/route_experiments.py:nchw_to_channels_last
 
+``depthwise_to_aten``: every 2-D depthwise layer to torch (cuDNN), the built-in rules off for them:
+the arm that tells whether a model's Triton-routed layers win in its eager step (UniRepLKNet-T at
+batch 32 ran 0.94-0.96x in sessions 5-6 with 15 layers shifted):
+
+    python tools/step_bench.py --same-model --with-control --layouts channels_last \
+        --models unireplknet_t:32 --plugin tools/route_experiments.py:depthwise_to_aten
+
 (Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
 and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
 """
@@ -72,3 +79,4 @@ small_dilated_to_merged = RouteExperiment(
     and p.flops // 2 >= MERGED_FROM_MACS)
 nchw_to_channels_last = RouteExperiment("nchw_to_channels_last", "aten_channels_last", "NCHW 2-D depthwise",
                                         lambda p: p.layout == "contiguous")
+depthwise_to_aten = RouteExperiment("depthwise_to_aten", "aten", "2-D depthwise", lambda p: True)
