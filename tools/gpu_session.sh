@@ -38,6 +38,8 @@
 #            saving is ~5% of kernel time, the spread between runs ~2%)
 #   unirepaten  UniRepLKNet-T b32 CL, the built-in router and then every depthwise layer to cuDNN
 #            (tools/route_experiments.py:depthwise_to_aten), each against stock with an A/A arm
+#   unirepprofile  UniRepLKNet-T b32 CL steps under torch.profiler: kernel time by name stock vs patched
+#            (does the shifted family's 13x13 saving reach the GPU timeline; where the host time goes)
 #   protogpu the rolling prototype's float64 tests on the GPU
 #   graphtests  the CUDA-graph framework tests and the shifted family's dilated layers (a short verification)
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
@@ -191,9 +193,12 @@ PY
         | tee "$OUT/steps_nchw_effb0.txt" ;;
     unirepaten)
       for plugin in "" "--plugin tools/route_experiments.py:depthwise_to_aten"; do
-        timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds 3 $plugin \
+        timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds ${UNIREP_ROUNDS:-3} $plugin \
           --models unireplknet_t:32 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/steps_unirep_aten.txt"
       done ;;
+    unirepprofile)
+      timeout 150 python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --rounds 2 --profile \
+        --json "$OUT/profile_unirep32.json" 2>&1 | grep -v Warn | tee "$OUT/profile_unirep32.txt" | tail -30 ;;
     protogpu)
       OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/wgrad_direct/test_rolling_prototype.py -q \
         -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_proto.txt" | tail -3 ;;
