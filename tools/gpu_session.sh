@@ -38,6 +38,8 @@
 #            saving is ~5% of kernel time, the spread between runs ~2%)
 #   unirepaten  UniRepLKNet-T b32 CL, the built-in router and then every depthwise layer to cuDNN
 #            (tools/route_experiments.py:depthwise_to_aten), each against stock with an A/A arm
+#   rolling56  the rolling prototype's configs on ConvNeXt's 56x56 and 28x28 layers only, and ncu stall
+#            reasons of the 14-row-chunk config
 #   unirepprofile  UniRepLKNet-T b32 CL steps under torch.profiler: kernel time by name stock vs patched
 #            (does the shifted family's 13x13 saving reach the GPU timeline; where the host time goes)
 #   protogpu the rolling prototype's float64 tests on the GPU
@@ -196,6 +198,13 @@ PY
         timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds ${UNIREP_ROUNDS:-3} $plugin \
           --models unireplknet_t:32 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/steps_unirep_aten.txt"
       done ;;
+    rolling56)
+      timeout 200 python3 tools/proto_rolling.py --bench --layers convnext-56-c96-k7,convnext-28-c192-k7 \
+        --json "$OUT/rolling56.json" 2>&1 | grep -v Warn | tee "$OUT/rolling56.txt"
+      timeout 120 ncu --kernel-name regex:rolling --launch-skip 2 --launch-count 1 --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --print-details all \
+        python3 tools/proto_rolling.py --one convnext-56-c96-k7:5 > "$OUT/ncu_rolling56.txt" 2>&1
+      grep -iE "stall|Issued|Eligible|Active Warps|Achieved" "$OUT/ncu_rolling56.txt" | head -40 ;;
     unirepprofile)
       timeout 150 python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last --rounds 2 --profile \
         --json "$OUT/profile_unirep32.json" 2>&1 | grep -v Warn | tee "$OUT/profile_unirep32.txt" | tail -30 ;;

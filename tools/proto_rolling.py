@@ -394,6 +394,10 @@ def configs_for(c, k):
                for bc, nw, bw, fyb, pf, inner, unroll, tail, deferred, per_sm in tiles]
     if k >= 7:  # ~19 programs a SM needs shorter row chunks on the 56x56 layer (whole images give 13.6)
         configs += [dict(configs[0], per_sm=19, row_chunk=chunk) for chunk in (28, 14)]
+        # session 7, fourth run: fewer registers (BW 4: more resident warps) and two channels a
+        # thread (4-byte loads, two independent FMA streams a load), both with 14-row chunks
+        configs += [dict(configs[0], bw=4, per_sm=24, row_chunk=14),
+                    dict(configs[0], block_c=64, per_sm=19, row_chunk=14)]
     return configs
 
 
@@ -421,13 +425,14 @@ def _compile_one(job):
     return None
 
 
-def _precompile(workers=12):
+def _precompile(only=None, workers=12):
     """Compile every config of every layer in parallel processes first: in session 7 the bench spent
     most of its 280 s limit compiling one generated kernel after another."""
     import concurrent.futures
     import multiprocessing
 
-    jobs = [(name, cfg_args) for name, shape, k, _ in LAYERS for cfg_args in configs_for(shape[1], k)]
+    jobs = [(name, cfg_args) for name, shape, k, _ in LAYERS for cfg_args in configs_for(shape[1], k)
+            if not only or name in only]
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for failure in pool.map(_compile_one, jobs):
             if failure:
@@ -507,13 +512,15 @@ def kern_rows(kern):
     return _re.search(r"Generated: (\d+) filter rows", open(kern.fn.__code__.co_filename).read()).group(1)
 
 
-def bench(json_path):
+def bench(json_path, only=None):
     sys.path.insert(0, os.path.dirname(__file__))
     from step_bench import _eager_time_us, _graph_time_us
 
-    _precompile()
+    _precompile(only)
     results = []
     for name, shape, k, s in LAYERS:
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         x, dy, pad, oh = layer_inputs(shape, k, s)
         ref = reference(x, dy, k, s, pad)
@@ -583,6 +590,7 @@ if __name__ == "__main__":
     parser.add_argument("--check-cpu", action="store_true")
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--json")
+    parser.add_argument("--layers", help="comma-separated LAYERS names (default: all)")
     parser.add_argument("--one", help="LAYER:INDEX: launch one config three times (for ncu)")
     parser.add_argument("--offline", choices=("sm_90", "gfx950"), help="compile every config on the CPU")
     args = parser.parse_args()
@@ -593,4 +601,4 @@ if __name__ == "__main__":
     if args.check_cpu:
         check_cpu()
     if args.bench:
-        bench(args.json)
+        bench(args.json, args.layers.split(",") if args.layers else None)
