@@ -38,6 +38,7 @@
 #            saving is ~5% of kernel time, the spread between runs ~2%)
 #   unirepaten  UniRepLKNet-T b32 CL, the built-in router and then every depthwise layer to cuDNN
 #            (tools/route_experiments.py:depthwise_to_aten), each against stock with an A/A arm
+#   staged   the shared-memory staged prototype (tools/proto_staged.py): float64 check, then beside cuDNN
 #   rolling56  the rolling prototype's configs on ConvNeXt's 56x56 and 28x28 layers only, and ncu stall
 #            reasons of the 14-row-chunk config
 #   unirepprofile  UniRepLKNet-T b32 CL steps under torch.profiler: kernel time by name stock vs patched
@@ -198,6 +199,9 @@ PY
         timeout 150 python3 tools/step_bench.py --same-model --with-control --rounds ${UNIREP_ROUNDS:-3} $plugin \
           --models unireplknet_t:32 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/steps_unirep_aten.txt"
       done ;;
+    staged)
+      timeout 150 python3 tools/proto_staged.py --check --bench --json "$OUT/staged.json" 2>&1 \
+        | grep -v -i "warn\|leaked\|nanobind\|skipped rem" | tee "$OUT/staged.txt" | tail -40 ;;
     rolling56)
       timeout 200 python3 tools/proto_rolling.py --bench --layers convnext-56-c96-k7,convnext-28-c192-k7 \
         --json "$OUT/rolling56.json" 2>&1 | grep -v Warn | tee "$OUT/rolling56.txt"

@@ -1,0 +1,366 @@
+"""Prototype of the next small-filter direct kernel for issue 10: input rows staged in a shared-memory
+ring by asynchronous copies (Gluon), instead of held in registers (tools/proto_rolling.py).
+
+Why (notes/PERF.md, session 7): the rolling-window kernel is latency-bound at the occupancy its
+registers allow (0.65 instructions issued a cycle, 2 of 6.6 cycles between a warp's instructions
+waiting on global loads), ptxas sinks any source-level prefetch to the end of the loop body, and
+plain Triton does not pipeline loads that do not feed a dot (no ``cp.async`` with ``num_stages``).
+Here a program (NW warps, one channel a thread, CB = 32 * NW channels) owns a strip of BW output
+columns of one image and walks down a chunk of its output rows. The K input rows a step needs and
+its grad_output row sit in shared-memory rings filled by ``cp.async`` D steps ahead; a step reads
+its K x (BW + K - 1) inputs and BW grad_output values from shared memory (a warp reads 64
+contiguous bytes: no bank conflict) and runs K * K * BW FMAs into K * K fp32 accumulators a
+thread. Padding and tails are zero-filled by the masked copies, so the compute has no mask at all,
+and no input row is held in registers from one step to the next.
+
+Stride 1, dilation 1, channels_last (2-D, depthwise, channel multiplier 1) only: a prototype until
+it beats cuDNN. One fp32 partial a program ([split, C, K, K]), summed in order afterwards.
+
+Gluon's names differ between Triton 3.6 (the H200 machine: ``async_copy_global_to_shared``,
+``thread_barrier``) and 3.9 (``async_load``, ``barrier``); the generated source uses the installed
+one's. Gluon has no interpreter: correctness is checked on the GPU (``--check``, against float64,
+into NaN-poisoned partials) before any timing, and ``--offline`` compiles for sm_90 on a CPU.
+
+Usage:
+  python tools/proto_staged.py --offline                 # CPU: registers, spills, SASS of the loop
+  python tools/proto_staged.py --check --bench [--json F] # GPU: float64 check, then beside cuDNN
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+import triton
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as _async_copy
+
+import triton.experimental.gluon.language as _gl
+
+KERNEL_NAME = "_wgrad_direct_staged_kernel"
+#: Gluon's asynchronous copy and CTA barrier under the installed Triton's names
+_ASYNC_LOAD = "async_load" if hasattr(_async_copy, "async_load") else "async_copy_global_to_shared"
+_BARRIER = "barrier" if hasattr(_gl, "barrier") else "thread_barrier"
+
+_HEAD = """from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+
+@gluon.jit
+def {name}(
+    X, DY, OUT,
+    H, W, OH, OW, PAD_H, PAD_W,
+    C: gl.constexpr,  # a compile-time channel count lets the channel mask keep 16-byte copies
+    ROW_CHUNK, CHUNKS, STRIPS, UNITS, UNITS_PER_PROG,
+    stride_xn, stride_xh, stride_xw: gl.constexpr,
+    stride_dyn, stride_dyh, stride_dyw: gl.constexpr,
+    stride_os, stride_ok, stride_oy, stride_ox,
+):
+    # Generated: {k}x{k} filter, {bw} output columns a thread, {nw} warps ({cb} channels), copies
+    # {depth} steps ahead, rings of {ring} input rows ({cols} columns) and {dring} grad_output rows.
+    # compute values are [1, channels] (one channel a thread): a column of a staged row is the
+    # length-1 slice .slice(j, 1) (a double .index is refused: the row's layout is 2-D)
+    CH: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, {nw}], [1, 0])
+    CP: gl.constexpr = gl.BlockedLayout([1, 8], [{tpw0}, {tpw1}], [{nw}, 1], [1, 0])
+    RING: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # a row [columns, channels]; rings of rows
+    x_ring = gl.allocate_shared_memory(gl.bfloat16, [{ring}, {cols}, {cb}], RING)
+    dy_ring = gl.allocate_shared_memory(gl.bfloat16, [{dring}, {bwp}, {cb}], RING)
+
+    pid_c = gl.program_id(0)
+    split = gl.program_id(1)
+    # copy-side indices: [columns, channels] of one staged row
+    cp_col = gl.arange(0, {cols}, layout=gl.SliceLayout(1, CP))
+    cp_dcol = gl.arange(0, {bwp}, layout=gl.SliceLayout(1, CP))
+    cp_ch = pid_c * {cb} + gl.arange(0, {cb}, layout=gl.SliceLayout(0, CP))
+    cp_ch_ok = cp_ch < C
+    # compute-side channels (one a thread)
+    chans = (pid_c * {cb} + gl.arange(0, {cb}, layout=gl.SliceLayout(0, CH)))[None, :]
+"""
+
+
+def _source(k: int, bw: int, nw: int, depth: int) -> str:
+    cb = 32 * nw
+    cols = triton.next_power_of_2(bw + k - 1)
+    bwp = triton.next_power_of_2(bw)
+    # rows in use by a step (k) + rows in flight (depth); shared allocations are powers of two
+    ring = triton.next_power_of_2(k + depth)
+    dring = triton.next_power_of_2(depth + 1)
+    tpw1 = cb // 8              # 16-byte copies: 8 channels a thread
+    tpw0 = 32 // tpw1
+    assert tpw0 * tpw1 == 32 and tpw0 * nw <= cols and tpw0 * nw <= bwp, (k, bw, nw)
+    p, q, b = " " * 4, " " * 8, " " * 12
+    lines = [_HEAD.format(name=KERNEL_NAME, k=k, bw=bw, nw=nw, cb=cb, depth=depth, ring=ring, cols=cols, dring=dring,
+                          bwp=bwp, tpw0=tpw0, tpw1=tpw1)]
+    lines += [f"{p}acc_{ky}_{kx} = gl.zeros([1, {cb}], gl.float32, layout=CH)" for ky in range(k) for kx in range(k)]
+    lines += [
+        f"{p}u_lo = split * UNITS_PER_PROG",
+        f"{p}u_hi = gl.minimum(u_lo + UNITS_PER_PROG, UNITS)",
+        f"{p}for u in range(u_lo, u_hi):",
+        f"{q}strip = u % STRIPS",
+        f"{q}rest = u // STRIPS",
+        f"{q}chunk = rest % CHUNKS",
+        f"{q}n = (rest // CHUNKS).to(gl.int64)",
+        f"{q}ow0 = strip * {bw}",
+        f"{q}ix0 = ow0 - PAD_W",
+        f"{q}oh_lo = chunk * ROW_CHUNK",
+        f"{q}steps = gl.minimum(ROW_CHUNK, OH - oh_lo)",
+        f"{q}iy0 = oh_lo - PAD_H",
+        # the strip's staged columns: inside the image and within the window (zero-filled otherwise)
+        f"{q}x_cols_ok = (ix0 + cp_col >= 0) & (ix0 + cp_col < W) & (cp_col < {bw + k - 1})",
+        f"{q}x_tile = X + n * stride_xn + (ix0 + cp_col)[:, None] * stride_xw + cp_ch[None, :]",
+        f"{q}x_tile_ok = x_cols_ok[:, None] & cp_ch_ok[None, :]",
+        f"{q}dy_cols_ok = (ow0 + cp_dcol < OW) & (cp_dcol < {bw})",
+        f"{q}dy_tile = DY + n * stride_dyn + (ow0 + cp_dcol)[:, None] * stride_dyw + cp_ch[None, :]",
+        f"{q}dy_tile_ok = dy_cols_ok[:, None] & cp_ch_ok[None, :]",
+    ]
+
+    def copy_x_row(indent, rel, extra_ok):
+        """Input row iy0 + rel into ring slot rel % ring (rel: a relative row index expression)."""
+        return [
+            f"{indent}iy = iy0 + ({rel})",
+            f"{indent}row_ok = (iy >= 0) & (iy < H){extra_ok}",
+            f"{indent}async_copy.{_ASYNC_LOAD}(x_ring.index(({rel}) % {ring}), x_tile + iy * stride_xh, "
+            f"mask=x_tile_ok & row_ok)",
+        ]
+
+    def copy_dy_row(indent, step, extra_ok):
+        return [
+            f"{indent}async_copy.{_ASYNC_LOAD}(dy_ring.index(({step}) % {dring}), dy_tile + (oh_lo + ({step})) * "
+            f"stride_dyh, mask=dy_tile_ok & ({extra_ok}))",
+        ]
+
+    # Prologue: group 0 = the first step's k input rows and its grad_output row; group g < depth =
+    # input row k - 1 + g and grad_output row g (empty where the chunk has fewer steps).
+    for rel in range(k):
+        lines += copy_x_row(q, str(rel), "")
+    lines += copy_dy_row(q, "0", "steps > 0")
+    lines.append(f"{q}async_copy.commit_group()")
+    for g in range(1, depth):
+        lines += copy_x_row(q, str(k - 1 + g), f" & ({g} < steps)")
+        lines += copy_dy_row(q, str(g), f"{g} < steps")
+        lines.append(f"{q}async_copy.commit_group()")
+    lines += [
+        f"{q}for s in range(0, steps):",
+        # group s has landed (depth - 1 younger ones may still fly); every thread's copies visible
+        f"{b}async_copy.wait_group({depth - 1})",
+        f"{b}gl.{_BARRIER}()",
+        # group s + depth reuses the slots step s - 1 read (all threads are past it: the barrier)
+    ]
+    lines += copy_x_row(b, f"s + {k - 1 + depth}", f" & (s + {depth} < steps)")
+    lines += copy_dy_row(b, f"s + {depth}", f"s + {depth} < steps")
+    lines.append(f"{b}async_copy.commit_group()")
+    lines.append(f"{b}dy_row = dy_ring.index(s % {dring})")
+    for w in range(bw):
+        lines.append(f"{b}dv_{w} = dy_row.slice({w}, 1).load(CH).to(gl.float32)")
+    for ky in range(k):
+        lines.append(f"{b}x_row = x_ring.index((s + {ky}) % {ring})")
+        for j in range(bw + k - 1):
+            lines.append(f"{b}v = x_row.slice({j}, 1).load(CH).to(gl.float32)")
+            for kx in range(k):
+                w = j - kx
+                if 0 <= w < bw:
+                    lines.append(f"{b}acc_{ky}_{kx} += v * dv_{w}")
+    # drain: the masked-off groups past the chunk still write (zeros) into the rings
+    lines += [f"{q}async_copy.wait_group(0)", f"{q}gl.{_BARRIER}()"]
+    lines.append(f"{p}out = OUT + split.to(gl.int64) * stride_os + chans * stride_ok")
+    for ky in range(k):
+        for kx in range(k):
+            lines.append(f"{p}gl.store(out + ({ky} * stride_oy + {kx} * stride_ox), acc_{ky}_{kx}, mask=chans < C)")
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def staged_kernel(k, bw, nw, depth):
+    source = _source(k, bw, nw, depth)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    name = f"convwgrad_direct_staged_{digest}"
+    directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name + ".py")
+    if not os.path.exists(path) or open(path).read() != source:
+        with open(path + ".tmp", "w") as f:
+            f.write(source)
+        os.replace(path + ".tmp", path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, KERNEL_NAME)
+
+
+def plan(x_shape, k, pad, *, bw, nw=1, depth=2, row_chunk=None, per_sm=16, sms=132):
+    n, c, h, w = x_shape
+    oh, ow = h + 2 * pad - k + 1, w + 2 * pad - k + 1
+    strips = triton.cdiv(ow, bw)
+    cblocks = triton.cdiv(c, 32 * nw)
+    target = sms * per_sm
+    if row_chunk is None:
+        wanted = triton.cdiv(target, cblocks * n * strips)
+        row_chunk = max(min(oh, 2 * k), triton.cdiv(oh, wanted))
+    chunks = triton.cdiv(oh, row_chunk)
+    units = n * chunks * strips
+    split = max(1, min(units, triton.cdiv(target, cblocks)))
+    per = triton.cdiv(units, split)
+    split = triton.cdiv(units, per)
+    return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, split=split, per=per,
+                bw=bw, nw=nw, depth=depth, cblocks=cblocks, per_sm=per_sm)
+
+
+def run(x, dy, k, pad, cfg, out=None):
+    import torch
+
+    n, c, h, w = x.shape
+    assert x.stride(1) == 1 and dy.stride(1) == 1, "channels_last only"
+    if out is None:
+        out = torch.empty((cfg["split"], c, k, k), device=x.device, dtype=torch.float32)
+    kern = staged_kernel(k, cfg["bw"], cfg["nw"], cfg["depth"])
+    kern[(cfg["cblocks"], cfg["split"])](
+        x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c, cfg["row_chunk"], cfg["chunks"], cfg["strips"],
+        cfg["units"], cfg["per"], x.stride(0), x.stride(2), x.stride(3), dy.stride(0), dy.stride(2), dy.stride(3),
+        *out.stride(), num_warps=cfg["nw"])
+    return out
+
+
+def reference(x, dy, k, pad):
+    import torch
+
+    return torch.nn.grad.conv2d_weight(x.double(), (x.shape[1], 1, k, k), dy.double(), padding=pad, groups=x.shape[1])
+
+
+def rel(a, b):
+    return float((a.double() - b).norm() / b.norm())
+
+
+#: small shapes for the GPU check: borders, a strip tail (OW % BW), a channel tail, short chunks
+CHECKS = [((2, 48, 16, 13), 7, 3), ((2, 40, 12, 11), 3, 1)]
+LAYERS = [("convnext-56-c96-k7", (64, 96, 56, 56), 7), ("mbv2-56-c144-k3", (32, 144, 56, 56), 3)]
+
+
+def configs_for(k):
+    """(columns a thread, warps, steps ahead, row chunk, programs a SM): session 7's first guesses,
+    from the rolling kernel's best (BW 8, ~18 one-warp programs a SM, 14-row chunks). Shared memory
+    bounds residency here: a one-warp program of 7x7 with copies 2 steps ahead holds 18 KB (16 ring
+    rows of 1 KB: allocations are powers of two), 12 programs a SM; 1 step ahead, 9 KB."""
+    return [dict(bw=8, nw=1, depth=1, row_chunk=14, per_sm=19), dict(bw=8, nw=1, depth=2, row_chunk=14, per_sm=19),
+            dict(bw=10, nw=1, depth=1, row_chunk=14, per_sm=19), dict(bw=8, nw=2, depth=1, row_chunk=14, per_sm=10)]
+
+
+def check():
+    import torch
+
+    torch.manual_seed(0)
+    failures = 0
+    for shape, k, pad in CHECKS:
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        oh, ow = shape[2] + 2 * pad - k + 1, shape[3] + 2 * pad - k + 1
+        dy = torch.randn(shape[0], shape[1], oh, ow, device="cuda", dtype=torch.bfloat16).contiguous(
+            memory_format=torch.channels_last)
+        ref = reference(x, dy, k, pad)
+        for cfg_args in configs_for(k) + [dict(bw=8, nw=1, depth=2, row_chunk=3, per_sm=1)]:
+            cfg = plan(shape, k, pad, **cfg_args)
+            out = torch.full((cfg["split"], shape[1], k, k), float("nan"), device="cuda")
+            run(x, dy, k, pad, cfg, out=out)
+            torch.cuda.synchronize()
+            written = not torch.isnan(out).any().item()
+            err = rel(out.sum(0).unsqueeze(1), ref)
+            ok = written and err < 1e-5
+            failures += not ok
+            print(f"check {shape} k{k} {cfg_args}: err {err:.1e} written {written} {'ok' if ok else 'FAILED'}",
+                  flush=True)
+    return failures
+
+
+def bench(json_path):
+    import torch
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from step_bench import _eager_time_us, _graph_time_us
+
+    results = []
+    for name, shape, k in LAYERS:
+        torch.manual_seed(0)
+        pad = k // 2
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        dy = torch.randn(shape[0], shape[1], shape[2], shape[3], device="cuda", dtype=torch.bfloat16).contiguous(
+            memory_format=torch.channels_last)
+        ref = reference(x, dy, k, pad)
+        weight = torch.empty((shape[1], 1, k, k), device="cuda", dtype=torch.bfloat16).contiguous(
+            memory_format=torch.channels_last)
+
+        def cudnn():
+            return torch.ops.aten.convolution_backward(dy, x, weight, None, [1, 1], [pad, pad], [1, 1], False, [0, 0],
+                                                       shape[1], [False, True, False])[1]
+
+        base = _graph_time_us(cudnn)
+        floor = shape[0] * shape[1] * shape[2] * shape[3] * k * k / 33.5e12 * 1e6
+        print(f"\n{name}: cuDNN graph {base:.1f} us (CUDA-core floor {floor:.1f} us)", flush=True)
+        row = dict(layer=name, cudnn_graph_us=base, floor_us=floor, variants=[])
+        for cfg_args in configs_for(k):
+            cfg = plan(shape, k, pad, **cfg_args)
+            ws = torch.full((cfg["split"], shape[1], k, k), float("nan"), device="cuda")
+            try:
+                run(x, dy, k, pad, cfg, out=ws)
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 (a prototype: report and go on)
+                print(f"  {cfg_args}: failed {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            written = not torch.isnan(ws).any().item()
+            err = rel(ws.sum(0).unsqueeze(1), ref)
+            g = _graph_time_us(lambda: run(x, dy, k, pad, cfg, out=ws))
+            regs = None
+            try:
+                regs = list(staged_kernel(k, cfg["bw"], cfg["nw"], cfg["depth"]).device_caches[0][0].values())[-1].n_regs
+            except Exception:  # noqa: BLE001
+                pass
+            print(f"  {str(cfg_args):70s} split{cfg['split']} graph {g:7.1f} us ({base / g:5.2f}x cuDNN) "
+                  f"{g / floor:4.1f}x floor err {err:.1e} written {written} regs {regs}", flush=True)
+            row["variants"].append(dict(cfg=cfg_args, graph_us=g, err=err, written=written, regs=regs))
+        results.append(row)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def offline():
+    """sm_90 compile on the CPU of each 7x7/5x5/3x3 config: registers, stack, SASS of the FMA loop."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from proto_rolling import _sass_summary
+
+    for k in (7, 5, 3):
+        for cfg_args in configs_for(k):
+            kern = staged_kernel(k, cfg_args["bw"], cfg_args["nw"], cfg_args["depth"])
+            names = list(kern.arg_names)
+            constexprs = {"stride_xw": 96, "stride_dyw": 96, "C": 96}
+            signature = {a: ("*bf16" if a in ("X", "DY") else "*fp32" if a == "OUT" else
+                             "constexpr" if a in constexprs else "i32") for a in names}
+            attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in
+                     ("X", "DY", "OUT", "stride_xn", "stride_xh", "stride_dyn", "stride_dyh", "stride_os", "stride_ok")}
+            compiled = triton.compile(GluonASTSource(kern, signature, constexprs, attrs),
+                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg_args["nw"]})
+            ptx = compiled.asm["ptx"]
+            print(f"k{k} {cfg_args}: shared {compiled.metadata.shared} B, cp.async {ptx.count('cp.async.c')} "
+                  + _sass_summary(compiled.asm["cubin"]), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--offline", action="store_true")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.offline:
+        offline()
+    failed = check() if args.check else 0
+    if args.bench and not failed:
+        bench(args.json)
+    sys.exit(1 if failed else 0)
