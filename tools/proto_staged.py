@@ -62,15 +62,16 @@ def {name}(
     stride_dyn, stride_dyh, stride_dyw: gl.constexpr,
     stride_os, stride_ok, stride_oy, stride_ox,
 ):
-    # Generated: {k}x{k} filter, {bw} output columns a thread, {nw} warps ({cb} channels), copies
-    # {depth} steps ahead, rings of {ring} input rows ({cols} columns) and {dring} grad_output rows.
+    # Generated: {k}x{k} filter, stride {st}, {dtype}, {bw} output columns a thread, {nw} warps ({cb}
+    # channels), copies {depth} steps ahead, rings of {ring} input rows ({cols} columns) and {dring}
+    # grad_output rows.
     # compute values are [1, channels] (one channel a thread): a column of a staged row is the
     # length-1 slice .slice(j, 1) (a double .index is refused: the row's layout is 2-D)
     CH: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, {nw}], [1, 0])
-    CP: gl.constexpr = gl.BlockedLayout([1, 8], [{tpw0}, {tpw1}], [{nw}, 1], [1, 0])
+    CP: gl.constexpr = gl.BlockedLayout([1, {vec}], [{tpw0}, {tpw1}], [{nw}, 1], [1, 0])
     RING: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # a row [columns, channels]; rings of rows
-    x_ring = gl.allocate_shared_memory(gl.bfloat16, [{ring}, {cols}, {cb}], RING)
-    dy_ring = gl.allocate_shared_memory(gl.bfloat16, [{dring}, {bwp}, {cb}], RING)
+    x_ring = gl.allocate_shared_memory(gl.{dtype}, [{ring}, {cols}, {cb}], RING)
+    dy_ring = gl.allocate_shared_memory(gl.{dtype}, [{dring}, {bwp}, {cb}], RING)
 
     pid_c = gl.program_id(0)
     split = gl.program_id(1)
@@ -84,19 +85,26 @@ def {name}(
 """
 
 
-def _source(k: int, bw: int, nw: int, depth: int) -> str:
+#: element bytes of each dtype the kernel stages (16-byte copies: 8 or 4 channels a thread)
+DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _source(k: int, bw: int, nw: int, depth: int, st: int = 1, dtype: str = "bfloat16") -> str:
     cb = 32 * nw
-    cols = triton.next_power_of_2(bw + k - 1)
+    span = (bw - 1) * st + k    # input columns a strip reads
+    cols = triton.next_power_of_2(span)
     bwp = triton.next_power_of_2(bw)
-    # rows in use by a step (k) + rows in flight (depth); shared allocations are powers of two
-    ring = triton.next_power_of_2(k + depth)
+    # rows in use by a step (k) + rows in flight (depth steps of st new rows each); shared
+    # allocations are powers of two
+    ring = triton.next_power_of_2(k + depth * st)
     dring = triton.next_power_of_2(depth + 1)
-    tpw1 = cb // 8              # 16-byte copies: 8 channels a thread
+    vec = 16 // DTYPES[dtype]
+    tpw1 = cb // vec
     tpw0 = 32 // tpw1
-    assert tpw0 * tpw1 == 32 and tpw0 * nw <= cols and tpw0 * nw <= bwp, (k, bw, nw)
+    assert tpw0 * tpw1 == 32 and tpw0 * nw <= cols and tpw0 * nw <= bwp, (k, bw, nw, dtype)
     p, q, b = " " * 4, " " * 8, " " * 12
     lines = [_HEAD.format(name=KERNEL_NAME, k=k, bw=bw, nw=nw, cb=cb, depth=depth, ring=ring, cols=cols, dring=dring,
-                          bwp=bwp, tpw0=tpw0, tpw1=tpw1)]
+                          bwp=bwp, tpw0=tpw0, tpw1=tpw1, vec=vec, st=st, dtype=dtype)]
     lines += [f"{p}acc_{ky}_{kx} = gl.zeros([1, {cb}], gl.float32, layout=CH)" for ky in range(k) for kx in range(k)]
     lines += [
         f"{p}u_lo = split * UNITS_PER_PROG",
@@ -107,12 +115,12 @@ def _source(k: int, bw: int, nw: int, depth: int) -> str:
         f"{q}chunk = rest % CHUNKS",
         f"{q}n = (rest // CHUNKS).to(gl.int64)",
         f"{q}ow0 = strip * {bw}",
-        f"{q}ix0 = ow0 - PAD_W",
+        f"{q}ix0 = ow0 * {st} - PAD_W",
         f"{q}oh_lo = chunk * ROW_CHUNK",
         f"{q}steps = gl.minimum(ROW_CHUNK, OH - oh_lo)",
-        f"{q}iy0 = oh_lo - PAD_H",
+        f"{q}iy0 = oh_lo * {st} - PAD_H",
         # the strip's staged columns: inside the image and within the window (zero-filled otherwise)
-        f"{q}x_cols_ok = (ix0 + cp_col >= 0) & (ix0 + cp_col < W) & (cp_col < {bw + k - 1})",
+        f"{q}x_cols_ok = (ix0 + cp_col >= 0) & (ix0 + cp_col < W) & (cp_col < {span})",
         f"{q}x_tile = X + n * stride_xn + (ix0 + cp_col)[:, None] * stride_xw + cp_ch[None, :]",
         f"{q}x_tile_ok = x_cols_ok[:, None] & cp_ch_ok[None, :]",
         f"{q}dy_cols_ok = (ow0 + cp_dcol < OW) & (cp_dcol < {bw})",
@@ -136,13 +144,15 @@ def _source(k: int, bw: int, nw: int, depth: int) -> str:
         ]
 
     # Prologue: group 0 = the first step's k input rows and its grad_output row; group g < depth =
-    # input row k - 1 + g and grad_output row g (empty where the chunk has fewer steps).
+    # the st input rows step g adds (k + (g - 1) * st ...) and grad_output row g (empty where the
+    # chunk has fewer steps). Step s reads input rows s * st .. s * st + k - 1 (relative to iy0).
     for rel in range(k):
         lines += copy_x_row(q, str(rel), "")
     lines += copy_dy_row(q, "0", "steps > 0")
     lines.append(f"{q}async_copy.commit_group()")
     for g in range(1, depth):
-        lines += copy_x_row(q, str(k - 1 + g), f" & ({g} < steps)")
+        for i in range(st):
+            lines += copy_x_row(q, str(k + (g - 1) * st + i), f" & ({g} < steps)")
         lines += copy_dy_row(q, str(g), f"{g} < steps")
         lines.append(f"{q}async_copy.commit_group()")
     lines += [
@@ -152,20 +162,22 @@ def _source(k: int, bw: int, nw: int, depth: int) -> str:
         f"{b}gl.{_BARRIER}()",
         # group s + depth reuses the slots step s - 1 read (all threads are past it: the barrier)
     ]
-    lines += copy_x_row(b, f"s + {k - 1 + depth}", f" & (s + {depth} < steps)")
+    for i in range(st):
+        lines += copy_x_row(b, f"(s + {depth}) * {st} + {k - st + i}", f" & (s + {depth} < steps)")
     lines += copy_dy_row(b, f"s + {depth}", f"s + {depth} < steps")
     lines.append(f"{b}async_copy.commit_group()")
     lines.append(f"{b}dy_row = dy_ring.index(s % {dring})")
     for w in range(bw):
         lines.append(f"{b}dv_{w} = dy_row.slice({w}, 1).load(CH).to(gl.float32)")
     for ky in range(k):
-        lines.append(f"{b}x_row = x_ring.index((s + {ky}) % {ring})")
-        for j in range(bw + k - 1):
+        lines.append(f"{b}x_row = x_ring.index((s * {st} + {ky}) % {ring})")
+        for j in range(span):
+            uses = [(w, kx) for kx in range(k) for w in range(bw) if w * st + kx == j]
+            if not uses:
+                continue
             lines.append(f"{b}v = x_row.slice({j}, 1).load(CH).to(gl.float32)")
-            for kx in range(k):
-                w = j - kx
-                if 0 <= w < bw:
-                    lines.append(f"{b}acc_{ky}_{kx} += v * dv_{w}")
+            for w, kx in uses:
+                lines.append(f"{b}acc_{ky}_{kx} += v * dv_{w}")
     # drain: the masked-off groups past the chunk still write (zeros) into the rings
     lines += [f"{q}async_copy.wait_group(0)", f"{q}gl.{_BARRIER}()"]
     lines.append(f"{p}out = OUT + split.to(gl.int64) * stride_os + chans * stride_ok")
@@ -176,8 +188,8 @@ def _source(k: int, bw: int, nw: int, depth: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def staged_kernel(k, bw, nw, depth):
-    source = _source(k, bw, nw, depth)
+def staged_kernel(k, bw, nw, depth, st=1, dtype="bfloat16"):
+    source = _source(k, bw, nw, depth, st, dtype)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"convwgrad_direct_staged_{digest}"
     directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
@@ -194,9 +206,9 @@ def staged_kernel(k, bw, nw, depth):
     return getattr(module, KERNEL_NAME)
 
 
-def plan(x_shape, k, pad, *, bw, nw=1, depth=2, row_chunk=None, per_sm=16, sms=132):
+def plan(x_shape, k, pad, *, bw, nw=1, depth=2, row_chunk=None, per_sm=16, sms=132, stride=1):
     n, c, h, w = x_shape
-    oh, ow = h + 2 * pad - k + 1, w + 2 * pad - k + 1
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     strips = triton.cdiv(ow, bw)
     cblocks = triton.cdiv(c, 32 * nw)
     target = sms * per_sm
@@ -209,17 +221,43 @@ def plan(x_shape, k, pad, *, bw, nw=1, depth=2, row_chunk=None, per_sm=16, sms=1
     per = triton.cdiv(units, split)
     split = triton.cdiv(units, per)
     return dict(oh=oh, ow=ow, strips=strips, row_chunk=row_chunk, chunks=chunks, units=units, split=split, per=per,
-                bw=bw, nw=nw, depth=depth, cblocks=cblocks, per_sm=per_sm)
+                bw=bw, nw=nw, depth=depth, cblocks=cblocks, per_sm=per_sm, stride=stride)
+
+
+def unsupported(x, dy, k, pad, stride) -> list[str]:
+    """Why the prototype cannot run these operands ([] when it can), each naming the field."""
+    import torch
+
+    names = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+    reasons = []
+    if x.dim() != 4 or x.dtype not in names or dy.dtype != x.dtype:
+        return [f"input {tuple(x.shape)} {x.dtype} / grad_output {dy.dtype}: 2-D bf16/fp16/fp32, one dtype"]
+    c = x.shape[1]
+    oh, ow = (x.shape[2] + 2 * pad - k) // stride + 1, (x.shape[3] + 2 * pad - k) // stride + 1
+    if tuple(dy.shape) != (x.shape[0], c, oh, ow):
+        reasons.append(f"grad_output shape {tuple(dy.shape)}: expected {(x.shape[0], c, oh, ow)}")
+    for name, t in (("input", x), ("grad_output", dy)):
+        if t.stride(1) != 1 or t.stride(3) != c:
+            reasons.append(f"{name} strides {t.stride()}: channels_last with dense channels only")
+        elif any(v * t.element_size() % 16 for v in (t.stride(0), t.stride(2), t.stride(3))):
+            reasons.append(f"{name} strides {t.stride()} x {t.element_size()} bytes: 16-byte copies need every "
+                           f"row and column stride a multiple of 16 bytes")
+        if t.data_ptr() % 16:
+            reasons.append(f"{name} data pointer not 16-byte aligned")
+    return reasons
 
 
 def run(x, dy, k, pad, cfg, out=None):
     import torch
 
     n, c, h, w = x.shape
-    assert x.stride(1) == 1 and dy.stride(1) == 1, "channels_last only"
+    reasons = unsupported(x, dy, k, pad, cfg["stride"])
+    if reasons:
+        raise ValueError("proto_staged: " + "; ".join(reasons))
     if out is None:
         out = torch.empty((cfg["split"], c, k, k), device=x.device, dtype=torch.float32)
-    kern = staged_kernel(k, cfg["bw"], cfg["nw"], cfg["depth"])
+    dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[x.dtype]
+    kern = staged_kernel(k, cfg["bw"], cfg["nw"], cfg["depth"], cfg["stride"], dtype)
     kern[(cfg["cblocks"], cfg["split"])](
         x, dy, out, h, w, cfg["oh"], cfg["ow"], pad, pad, c, cfg["row_chunk"], cfg["chunks"], cfg["strips"],
         cfg["units"], cfg["per"], x.stride(0), x.stride(2), x.stride(3), dy.stride(0), dy.stride(2), dy.stride(3),
@@ -227,28 +265,51 @@ def run(x, dy, k, pad, cfg, out=None):
     return out
 
 
-def reference(x, dy, k, pad):
+def reference(x, dy, k, pad, stride=1):
     import torch
 
-    return torch.nn.grad.conv2d_weight(x.double(), (x.shape[1], 1, k, k), dy.double(), padding=pad, groups=x.shape[1])
+    return torch.nn.grad.conv2d_weight(x.double(), (x.shape[1], 1, k, k), dy.double(), stride=stride, padding=pad,
+                                       groups=x.shape[1])
 
 
 def rel(a, b):
     return float((a.double() - b).norm() / b.norm())
 
 
-#: small shapes for the GPU check: borders, a strip tail (OW % BW), a channel tail, short chunks
-CHECKS = [((2, 48, 16, 13), 7, 3), ((2, 48, 12, 11), 3, 1)]  # row strides W * C divisible by 16 (16-byte copies)
-LAYERS = [("convnext-56-c96-k7", (64, 96, 56, 56), 7), ("mbv2-56-c144-k3", (32, 144, 56, 56), 3)]
+#: GPU check cases (shape, k, pad, stride, dtype): borders, a strip tail (OW % BW), a channel tail
+#: (48 = 32 + 16), stride 2, fp16 and fp32; row strides W * C * element size are multiples of 16 bytes
+CHECKS = [((2, 48, 16, 13), 7, 3, 1, "bfloat16"), ((2, 48, 12, 11), 3, 1, 1, "bfloat16"),
+          ((2, 48, 17, 15), 3, 1, 2, "bfloat16"), ((1, 48, 13, 11), 5, 2, 1, "float16"),
+          ((1, 40, 12, 10), 7, 3, 1, "float32"), ((1, 32, 15, 14), 5, 2, 2, "float32")]
+#: (name, shape, k, stride, dtype): ConvNeXt-T (N=64), MobileNetV2 / EfficientNet-B0 (N=32)
+LAYERS = [("convnext-56-c96-k7", (64, 96, 56, 56), 7, 1, "bfloat16"),
+          ("convnext-28-c192-k7", (64, 192, 28, 28), 7, 1, "bfloat16"),
+          ("convnext-14-c384-k7", (64, 384, 14, 14), 7, 1, "bfloat16"),
+          ("convnext-7-c768-k7", (64, 768, 7, 7), 7, 1, "bfloat16"),
+          ("mbv2-56-c144-k3", (32, 144, 56, 56), 3, 1, "bfloat16"),
+          ("mbv2-112-c96-k3-s2", (32, 96, 112, 112), 3, 2, "bfloat16"),
+          ("effb0-28-c240-k5", (32, 240, 28, 28), 5, 1, "bfloat16"),
+          ("effb0-14-c672-k5", (32, 672, 14, 14), 5, 1, "bfloat16"),
+          ("convnext-28-c192-k7-fp32", (64, 192, 28, 28), 7, 1, "float32")]
 
 
 def configs_for(k):
-    """(columns a thread, warps, steps ahead, row chunk, programs a SM): session 7's first guesses,
-    from the rolling kernel's best (BW 8, ~18 one-warp programs a SM, 14-row chunks). Shared memory
-    bounds residency here: a one-warp program of 7x7 with copies 2 steps ahead holds 18 KB (16 ring
-    rows of 1 KB: allocations are powers of two), 12 programs a SM; 1 step ahead, 9 KB."""
+    """(columns a thread, warps, steps ahead, row chunk, programs a SM). Session 7's first run
+    (ConvNeXt 56x56 7x7, MobileNetV2 56x56 3x3): BW 8 and one warp won both; one step ahead on 7x7
+    (9 KB of rings: ~21 programs a SM), two on 3x3; BW 10 and two warps lost. Shared memory bounds
+    residency: 7x7 two steps ahead holds 18 KB (16 ring rows of 1 KB: allocations are powers of two)."""
     return [dict(bw=8, nw=1, depth=1, row_chunk=14, per_sm=19), dict(bw=8, nw=1, depth=2, row_chunk=14, per_sm=19),
-            dict(bw=10, nw=1, depth=1, row_chunk=14, per_sm=19), dict(bw=8, nw=2, depth=1, row_chunk=14, per_sm=10)]
+            dict(bw=8, nw=1, depth=1, row_chunk=28, per_sm=12), dict(bw=8, nw=1, depth=1, row_chunk=7, per_sm=19)]
+
+
+def _operands(shape, k, pad, stride, dtype, device="cuda"):
+    import torch
+
+    dt = getattr(torch, dtype)
+    x = torch.randn(shape, device=device, dtype=dt).contiguous(memory_format=torch.channels_last)
+    oh, ow = (shape[2] + 2 * pad - k) // stride + 1, (shape[3] + 2 * pad - k) // stride + 1
+    dy = torch.randn(shape[0], shape[1], oh, ow, device=device, dtype=dt).contiguous(memory_format=torch.channels_last)
+    return x, dy
 
 
 def check():
@@ -256,53 +317,60 @@ def check():
 
     torch.manual_seed(0)
     failures = 0
-    for shape, k, pad in CHECKS:
-        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-        oh, ow = shape[2] + 2 * pad - k + 1, shape[3] + 2 * pad - k + 1
-        dy = torch.randn(shape[0], shape[1], oh, ow, device="cuda", dtype=torch.bfloat16).contiguous(
-            memory_format=torch.channels_last)
-        ref = reference(x, dy, k, pad)
-        for cfg_args in configs_for(k) + [dict(bw=8, nw=1, depth=2, row_chunk=3, per_sm=1)]:
-            cfg = plan(shape, k, pad, **cfg_args)
+    for shape, k, pad, stride, dtype in CHECKS:
+        x, dy = _operands(shape, k, pad, stride, dtype)
+        ref = reference(x, dy, k, pad, stride)
+        for cfg_args in configs_for(k) + [dict(bw=8, nw=1, depth=2, row_chunk=3, per_sm=1),
+                                          dict(bw=10, nw=1, depth=1, row_chunk=5, per_sm=2),
+                                          dict(bw=8, nw=2, depth=1, row_chunk=4, per_sm=2)]:
+            cfg = plan(shape, k, pad, stride=stride, **cfg_args)
             out = torch.full((cfg["split"], shape[1], k, k), float("nan"), device="cuda")
-            run(x, dy, k, pad, cfg, out=out)
-            torch.cuda.synchronize()
+            try:
+                run(x, dy, k, pad, cfg, out=out)
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 (reported as a failure; the next case still runs)
+                failures += 1
+                print(f"check {shape} k{k} s{stride} {dtype} {cfg_args}: FAILED {type(e).__name__}: {str(e)[:300]}",
+                      flush=True)
+                continue
             written = not torch.isnan(out).any().item()
             err = rel(out.sum(0).unsqueeze(1), ref)
             ok = written and err < 1e-5
             failures += not ok
-            print(f"check {shape} k{k} {cfg_args}: err {err:.1e} written {written} {'ok' if ok else 'FAILED'}",
-                  flush=True)
+            print(f"check {shape} k{k} s{stride} {dtype} {cfg_args}: err {err:.1e} written {written} "
+                  f"{'ok' if ok else 'FAILED'}", flush=True)
     return failures
 
 
-def bench(json_path):
+def bench(json_path, only=None):
     import torch
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from step_bench import _eager_time_us, _graph_time_us
+    from step_bench import _graph_time_us
 
     results = []
-    for name, shape, k in LAYERS:
+    for name, shape, k, stride, dtype in LAYERS:
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         pad = k // 2
-        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-        dy = torch.randn(shape[0], shape[1], shape[2], shape[3], device="cuda", dtype=torch.bfloat16).contiguous(
-            memory_format=torch.channels_last)
-        ref = reference(x, dy, k, pad)
-        weight = torch.empty((shape[1], 1, k, k), device="cuda", dtype=torch.bfloat16).contiguous(
+        x, dy = _operands(shape, k, pad, stride, dtype)
+        ref = reference(x, dy, k, pad, stride)
+        weight = torch.empty((shape[1], 1, k, k), device="cuda", dtype=x.dtype).contiguous(
             memory_format=torch.channels_last)
 
         def cudnn():
-            return torch.ops.aten.convolution_backward(dy, x, weight, None, [1, 1], [pad, pad], [1, 1], False, [0, 0],
-                                                       shape[1], [False, True, False])[1]
+            return torch.ops.aten.convolution_backward(dy, x, weight, None, [stride] * 2, [pad, pad], [1, 1], False,
+                                                       [0, 0], shape[1], [False, True, False])[1]
 
         base = _graph_time_us(cudnn)
-        floor = shape[0] * shape[1] * shape[2] * shape[3] * k * k / 33.5e12 * 1e6
-        print(f"\n{name}: cuDNN graph {base:.1f} us (CUDA-core floor {floor:.1f} us)", flush=True)
+        oh, ow = dy.shape[2], dy.shape[3]
+        moved = (x.numel() + dy.numel()) * x.element_size()
+        floor = max(moved / 4.25e12, shape[0] * shape[1] * oh * ow * k * k / 33.5e12) * 1e6
+        print(f"\n{name}: cuDNN graph {base:.1f} us (floor {floor:.1f} us: bytes or CUDA-core FMAs)", flush=True)
         row = dict(layer=name, cudnn_graph_us=base, floor_us=floor, variants=[])
         for cfg_args in configs_for(k):
-            cfg = plan(shape, k, pad, **cfg_args)
+            cfg = plan(shape, k, pad, stride=stride, **cfg_args)
             ws = torch.full((cfg["split"], shape[1], k, k), float("nan"), device="cuda")
             try:
                 run(x, dy, k, pad, cfg, out=ws)
@@ -317,40 +385,54 @@ def bench(json_path):
             g_sum = _graph_time_us(lambda: run(x, dy, k, pad, cfg, out=ws).sum(0))
             regs = None
             try:
-                regs = list(staged_kernel(k, cfg["bw"], cfg["nw"], cfg["depth"]).device_caches[0][0].values())[-1].n_regs
+                kern = staged_kernel(k, cfg["bw"], cfg["nw"], cfg["depth"], stride, dtype)
+                regs = list(kern.device_caches[0][0].values())[-1].n_regs
             except Exception:  # noqa: BLE001
                 pass
-            print(f"  {str(cfg_args):70s} split{cfg['split']} graph {g:7.1f} us ({base / g:5.2f}x cuDNN), "
-                  f"with the sum {g_sum:7.1f} us ({base / g_sum:5.2f}x) "
-                  f"{g / floor:4.1f}x floor err {err:.1e} written {written} regs {regs}", flush=True)
-            row["variants"].append(dict(cfg=cfg_args, graph_us=g, graph_with_sum_us=g_sum, err=err, written=written, regs=regs))
+            print(f"  {str(cfg_args):66s} split{cfg['split']:4d} graph {g:7.1f} us ({base / g:5.2f}x cuDNN), "
+                  f"with the sum {g_sum:7.1f} us ({base / g_sum:5.2f}x) {g / floor:4.1f}x floor err {err:.1e} "
+                  f"written {written} regs {regs}", flush=True)
+            row["variants"].append(dict(cfg=cfg_args, graph_us=g, graph_with_sum_us=g_sum, err=err,
+                                        written=written, regs=regs))
         results.append(row)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(results, f, indent=1)
 
 
-def offline():
-    """sm_90 compile on the CPU of each 7x7/5x5/3x3 config: registers, stack, SASS of the FMA loop."""
+def compile_offline(k, cfg_args, st=1, dtype="bfloat16", channels=96):
+    """One config compiled for sm_90 on the CPU (Gluon through Triton's bundled ptxas)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    kern = staged_kernel(k, cfg_args["bw"], cfg_args["nw"], cfg_args["depth"], st, dtype)
+    names = list(kern.arg_names)
+    constexprs = {"stride_xw": channels, "stride_dyw": channels, "C": channels}
+    pointee = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
+    signature = {a: (pointee if a in ("X", "DY") else "*fp32" if a == "OUT" else
+                     "constexpr" if a in constexprs else "i32") for a in names}
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in
+             ("X", "DY", "OUT", "stride_xn", "stride_xh", "stride_dyn", "stride_dyh", "stride_os", "stride_ok")}
+    return triton.compile(GluonASTSource(kern, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": cfg_args["nw"]})
+
+
+def offline():
+    """sm_90 compile on the CPU of each layer's configs: registers, stack, SASS of the FMA loop."""
     sys.path.insert(0, os.path.dirname(__file__))
     from proto_rolling import _sass_summary
 
-    for k in (7, 5, 3):
+    seen = set()
+    for name, shape, k, st, dtype in LAYERS:
         for cfg_args in configs_for(k):
-            kern = staged_kernel(k, cfg_args["bw"], cfg_args["nw"], cfg_args["depth"])
-            names = list(kern.arg_names)
-            constexprs = {"stride_xw": 96, "stride_dyw": 96, "C": 96}
-            signature = {a: ("*bf16" if a in ("X", "DY") else "*fp32" if a == "OUT" else
-                             "constexpr" if a in constexprs else "i32") for a in names}
-            attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in
-                     ("X", "DY", "OUT", "stride_xn", "stride_xh", "stride_dyn", "stride_dyh", "stride_os", "stride_ok")}
-            compiled = triton.compile(GluonASTSource(kern, signature, constexprs, attrs),
-                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg_args["nw"]})
+            key = (k, st, dtype, cfg_args["bw"], cfg_args["nw"], cfg_args["depth"])
+            if key in seen:
+                continue
+            seen.add(key)
+            compiled = compile_offline(k, cfg_args, st, dtype)
             ptx = compiled.asm["ptx"]
-            print(f"k{k} {cfg_args}: shared {compiled.metadata.shared} B, cp.async {ptx.count('cp.async.c')} "
+            print(f"k{k} s{st} {dtype} bw{cfg_args['bw']} nw{cfg_args['nw']} depth{cfg_args['depth']}: shared "
+                  f"{compiled.metadata.shared} B, cp.async {ptx.count('cp.async.c')} "
                   + _sass_summary(compiled.asm["cubin"]), flush=True)
 
 
@@ -360,10 +442,11 @@ if __name__ == "__main__":
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--json")
+    parser.add_argument("--layers", help="comma-separated LAYERS names (default: all)")
     args = parser.parse_args()
     if args.offline:
         offline()
     failed = check() if args.check else 0
     if args.bench and not failed:
-        bench(args.json)
+        bench(args.json, args.layers.split(",") if args.layers else None)
     sys.exit(1 if failed else 0)
