@@ -48,7 +48,8 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (session 7: `rolling nchwsteps` (the rolling kernel's v4 and ncu; the NCHW rule's step); on nvidia-h200-x2: `ddp2`)
+# (next session: `staged` first (the staged prototype's GPU checks incl. stride 2 / fp16 / fp32, then nine layers
+#  beside cuDNN), then ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
@@ -200,7 +201,7 @@ PY
           --models unireplknet_t:32 --layouts channels_last 2>&1 | grep -v Warn | tee -a "$OUT/steps_unirep_aten.txt"
       done ;;
     staged)
-      timeout 150 python3 tools/proto_staged.py --check --bench --json "$OUT/staged.json" 2>&1 \
+      timeout 240 python3 tools/proto_staged.py --check --bench --json "$OUT/staged.json" 2>&1 \
         | grep -v -i "warn\|leaked\|nanobind\|skipped rem" | tee "$OUT/staged.txt" | tail -40 ;;
     rolling56)
       timeout 200 python3 tools/proto_rolling.py --bench --layers convnext-56-c96-k7,convnext-28-c192-k7 \
