@@ -129,10 +129,21 @@ def triton_compile(kernel, args, *, target, num_warps: int, num_stages: int, nam
             if value % 16 == 0:
                 attrs_[(index,)] = [["tt.divisibility", 16]]
     gpu = GPUTarget(target.backend, int(target.arch) if target.backend == "cuda" else target.arch, target.warp_size)
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs_)
+    source_type = triton.compiler.ASTSource
+    if _is_gluon(fn):  # a Gluon kernel (explicit layouts and shared memory) has its own front end
+        from triton.experimental.gluon._runtime import GluonASTSource as source_type
+    src = source_type(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs_)
     options = {"num_warps": num_warps, "num_stages": num_stages, **_fp_fusion_option()}
     compiled = triton.compile(src, target=gpu, options=options)
     return CompiledKernel(name=name, function=fn.__name__, target=target.name, asm=dict(compiled.asm))
+
+
+def _is_gluon(fn) -> bool:
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:  # a Triton without Gluon compiles no Gluon kernel
+        return False
+    return isinstance(fn, GluonJITFunction)
 
 
 def _fp_fusion_option() -> dict:

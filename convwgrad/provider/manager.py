@@ -31,6 +31,7 @@ DEFAULT_PLUGINS = (
     "convwgrad.plugins.wgrad_shifted:plugin",
     "convwgrad.plugins.wgrad_splitk:plugin",
     "convwgrad.plugins.wgrad_direct:plugin",
+    "convwgrad.plugins.wgrad_staged:plugin",
     "convwgrad.plugins.aten_channels_last:plugin",
     "convwgrad.plugins.aten_fallback:plugin",
     "convwgrad.selectors",

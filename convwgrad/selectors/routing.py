@@ -32,8 +32,9 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: shifted family (issue 11) was measured faster on large 2-D filters; the direct family (issue 10)
 #: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class; the aten channels_last
 #: family (NCHW operands copied for cuDNN's channels_last kernels) faster than torch's NCHW path on
-#: NCHW 5x5 and 7x7 layers (session 6, :data:`RELAYOUT_TAPS`).
-OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct", "aten_channels_last")
+#: NCHW 5x5 and 7x7 layers (session 6, :data:`RELAYOUT_TAPS`); the staged family (issue 10) faster
+#: than cuDNN in kernel time on two layers alone (session 7), not yet inside models: no class.
+OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct", "wgrad_staged", "aten_channels_last")
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
 #: (21 us; merged 87, cuDNN 350), 27x27 at 14x14 C512 N=16 (89; 571, 1806), 31x31 at 56x56 C128

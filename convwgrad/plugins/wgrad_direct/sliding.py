@@ -23,15 +23,10 @@ arguments the generated code has baked in (FZ, FY, FX, STRIDE_W, DIL_W) are acce
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
-import os
-import sys
-import tempfile
+
+from convwgrad.provider.blocks.generated import load_generated
 
 KERNEL_NAME = "_wgrad_direct_sliding_kernel"
-#: Where generated kernels are written (Triton reads a kernel's source from its file).
-CACHE_DIR_ENV = "CONVWGRAD_GENERATED_DIR"
 
 _SIGNATURE = '''
 @triton.jit
@@ -166,26 +161,8 @@ def _source(fz: int, fy: int, fx: int, sw: int, dw: int, bw: int, tail: bool) ->
     return "import triton\nimport triton.language as tl\n\n" + "\n".join(lines) + "\n"
 
 
-def _directory() -> str:
-    path = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"convwgrad-generated-{os.getuid()}")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
 @functools.lru_cache(maxsize=None)
 def sliding_kernel(fz: int, fy: int, fx: int, stride_w: int, dilation_w: int, block_w: int, channel_tail: bool):
     """The generated kernel for this filter and step, written once to a file and imported."""
-    source = _source(fz, fy, fx, stride_w, dilation_w, block_w, channel_tail)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    module_name = f"convwgrad_direct_sliding_{digest}"
-    path = os.path.join(_directory(), module_name + ".py")
-    if not os.path.exists(path) or open(path).read() != source:
-        scratch = f"{path}.{os.getpid()}.tmp"
-        with open(scratch, "w") as file:
-            file.write(source)
-        os.replace(scratch, path)  # atomic: concurrent processes write the same text
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, KERNEL_NAME)
+    return load_generated(_source(fz, fy, fx, stride_w, dilation_w, block_w, channel_tail),
+                          "convwgrad_direct_sliding", KERNEL_NAME)

@@ -5,6 +5,8 @@
 - :mod:`.launch`: workspace layout and size, stage-1/stage-2 arguments, the wide-index
   policy and offset checks, grid checks, prepare/run/compile of the two stages, the direct launch.
 - :mod:`.checks`: the support refusals tiled families share, TF32 admission, launch defaults.
+- :mod:`.generated`: kernels generated as source (unrolled bodies), written to a file once and
+  imported (Triton and Gluon read a kernel's source from its file).
 - :mod:`.aten`: the refusals and bound launch of the families that compute dW in one call of
   torch's own backward (no Triton).
 

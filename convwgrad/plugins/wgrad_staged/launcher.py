@@ -1,0 +1,238 @@
+"""Launcher of the staged family: the gate, work units, grids, arguments, the split policy.
+
+Tile fields, as this family reads them (it has no GEMM tile; see :mod:`.kernels`):
+
+- ``block_m``: channels per program, 32 a warp (one channel a thread): ``num_warps * 32``;
+- ``block_n``: output columns a thread (BW, the strip width);
+- ``block_k``: output rows a work unit (the row chunk a program walks with one pipeline start);
+- ``num_warps``; ``num_stages``: the copy pipeline's depth + 1 (copies issued ``num_stages - 1``
+  steps ahead of the step that reads them).
+
+A split is one program's run of consecutive work units (image, row chunk, strip); its fp32
+partial goes to the shared (split, K, taps) workspace, reduced in order by the shared stage 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from convwgrad.provider.aot import Constexpr
+from convwgrad.provider.blocks import launch as shared
+from convwgrad.provider.problem import INT32_OFFSET_LIMIT, ConvProblem
+from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
+from convwgrad.provider.target import interpreter_enabled
+
+from . import kernels
+
+#: Largest tile the gate admits (channels a program, columns a thread, rows a unit): 4 warps;
+#: 16 columns (16 x 49 taps unrolled is already 784 FMAs a step); 64 rows.
+MAX_BLOCKS = (128, 16, 64)
+#: Filters up to 9x9: the body unrolls FY x FX x BW FMAs a step (9 x 9 x 8 = 648, the sliding
+#: kernel's bound); larger filters are the shifted family's ground.
+MAX_FILTER = 9
+#: Strides 1 and 2 (the rows a step adds are copied one at a time; 2 covers the published layers).
+MAX_STRIDE = 2
+#: 227 KB of shared memory a block on sm_90 (the opt-in maximum is larger, the default 48 KB:
+#: Triton raises the limit for the kernel). A tile past it cannot launch.
+MAX_SHARED_BYTES = 227 * 1024
+
+
+def _depth(spec: KernelSpec) -> int:
+    return spec.tile.num_stages - 1
+
+
+def kernel_key(problem: ConvProblem, spec: KernelSpec) -> tuple:
+    fy, fx = problem.filter_size
+    tile = spec.tile
+    return fy, fx, problem.stride[0], tile.block_n, tile.num_warps, _depth(spec), problem.dtype
+
+
+def kernel_for(problem: ConvProblem, spec: KernelSpec):
+    return kernels.staged_kernel(*kernel_key(problem, spec))
+
+
+def units(problem: ConvProblem, spec: KernelSpec) -> tuple[int, int, int]:
+    """(row chunks, strips, work units) of one channel block (any rank, for the split hook that
+    also sizes specs the gate refuses; the kernel runs 2-D problems only)."""
+    *rows, ow = problem.output_size
+    oh = math.prod(rows)
+    chunks = cdiv(oh, spec.tile.block_k)
+    strips = cdiv(ow, spec.tile.block_n)
+    return chunks, strips, problem.batch * chunks * strips
+
+
+def staged_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
+    """Why the staged kernel cannot run ``spec`` on ``problem``; [] when it can. The one gate:
+    support() and validate() both call it."""
+    reasons = []
+    if target.backend != "cuda":
+        reasons.append(f"target {target.name}: the staged kernel is Gluon with NVIDIA cp.async copies (sm_80+); "
+                       f"no gfx950 or interpreter path is written")
+    elif int(target.arch) < 80:
+        reasons.append(f"target {target.name}: cp.async needs sm_80 or newer")
+    if problem.spatial_dims != 2:
+        reasons.append(f"spatial_dims={problem.spatial_dims}: the staged kernel computes 2-D convolutions only")
+    if problem.cpg != 1 or problem.kpg != 1:
+        reasons.append(f"cpg={problem.cpg}, kpg={problem.kpg}: the staged kernel computes depthwise problems "
+                       f"(one input and one output channel a group)")
+    if problem.layout != "channels_last":
+        reasons.append(f"layout={problem.layout}: the staged kernel copies channels_last rows ([columns, "
+                       f"channels]); NCHW is not written")
+    if problem.dtype not in kernels.GLUON_DTYPES:
+        reasons.append(f"dtype={problem.dtype}: bf16, fp16 and fp32 only")
+    elif problem.in_channels * problem.element_size % kernels.COPY_BYTES:
+        reasons.append(f"in_channels={problem.in_channels}: a column of {problem.in_channels} x "
+                       f"{problem.element_size} bytes is not a whole number of 16-byte copies")
+    elif problem.spatial_dims == 2:
+        unit = kernels.STRIDE_UNIT
+        for name, size in (("input", problem.input_size[1]), ("grad_output", problem.output_size[1])):
+            if size * problem.in_channels % unit:
+                reasons.append(f"{name} row of {size} columns x {problem.in_channels} channels: not a multiple of "
+                               f"{unit} elements, which its 16-byte copies need")
+    if problem.spatial_dims == 2:
+        fy, fx = problem.filter_size
+        if max(fy, fx) > MAX_FILTER:
+            reasons.append(f"filter_size={problem.filter_size}: up to {MAX_FILTER}x{MAX_FILTER} (every tap is "
+                           f"unrolled); large filters are the shifted family's")
+        sh, sw = problem.stride
+        if sh != sw or sh > MAX_STRIDE:
+            reasons.append(f"stride={problem.stride}: equal strides of at most {MAX_STRIDE}")
+        if any(d != 1 for d in problem.dilation):
+            reasons.append(f"dilation={problem.dilation}: undilated filters only")
+        image = problem.in_channels * math.prod(problem.input_size)
+        if image >= INT32_OFFSET_LIMIT:
+            reasons.append(f"one image holds {image} elements: offsets within an image are 32-bit")
+    if spec.group_merge != 1:
+        reasons.append(f"group_merge={spec.group_merge}: the staged family takes no merge degree")
+    if spec.allow_tf32:
+        reasons.append("allow_tf32=True: the staged family has no matrix-unit path, it accumulates fp32 FMAs")
+    tile = spec.tile
+    if tile is None:
+        return reasons + ["needs a tile"]
+    if tile.block_m != 32 * tile.num_warps:
+        reasons.append(f"tile {tile.name}: block_m (channels a program) must be 32 x num_warps (one channel a "
+                       f"thread), not {tile.block_m} with {tile.num_warps} warps")
+    if tile.num_stages < 2:
+        reasons.append(f"tile {tile.name}: num_stages={tile.num_stages}, the copies need at least 2 (copies one "
+                       f"step ahead)")
+    if not reasons:
+        key = kernel_key(problem, spec)
+        reasons += kernels.layout_reasons(*key)
+        nbytes = kernels.shared_bytes(*key)
+        if nbytes > MAX_SHARED_BYTES:
+            reasons.append(f"tile {tile.name}: {nbytes} bytes of rings, over the {MAX_SHARED_BYTES} a block has")
+    return reasons
+
+
+def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
+    """Raise ValueError with the gate's reasons before anything is launched or compiled."""
+    reasons = staged_available(problem, spec, target)
+    if reasons:
+        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+
+
+def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
+    """Stage 1: (channel blocks, splits, 1); stage 2, if any: the shared reduction's."""
+    if spec.tile is None:
+        return ()
+    stage1 = (cdiv(problem.out_channels, spec.tile.block_m), spec.split_k, 1)
+    if not spec.two_stage:
+        return (stage1,)
+    return stage1, shared.reduce_grid(problem)
+
+
+def reduction_steps(problem: ConvProblem, spec: KernelSpec) -> int:
+    """What a split divides: work units (a split with none would write a zero partial)."""
+    return units(problem, spec)[2]
+
+
+#: Programs a SM the split policy aims for: measured best on the H200 (session 7,
+#: tools/proto_staged.py) with one-warp programs and 14-row chunks on ConvNeXt's 56x56 7x7 layer
+#: (~18 programs a SM, 9 KB of rings each: every program resident at once).
+TARGET_PROGRAMS_PER_CU = 19
+
+
+def choose_split_k(problem: ConvProblem, spec: KernelSpec, target, base_programs: int, max_split_k: int) -> int:
+    """Fill TARGET_PROGRAMS_PER_CU programs a compute unit (one wave), the units dealt out evenly:
+    the split is the number of runs of ceil(units / wanted) units, so no split is left empty."""
+    wanted = cdiv(TARGET_PROGRAMS_PER_CU * target.compute_units, max(1, base_programs))
+    total = units(problem, spec)[2]
+    split = cdiv(total, cdiv(total, max(1, min(wanted, max_split_k))))
+    return max(1, min(split, max_split_k))
+
+
+def stage1_args(problem, spec, x, dy, out, out_strides, *, interpreted: bool) -> list[tuple[str, object]]:
+    split_stride, k_stride, _c_stride, _z_stride, y_stride, x_stride = out_strides  # cpg == 1
+    chunks, strips, total = units(problem, spec)
+    (h, w), (oh, ow) = problem.input_size, problem.output_size
+    xs, dys = x.stride(), dy.stride()
+    return [
+        ("X", x), ("DY", dy), ("OUT", out),
+        ("H", h), ("W", w), ("OH", oh), ("OW", ow),
+        ("PAD_H", problem.padding[0][0]), ("PAD_W", problem.padding[1][0]),
+        ("C", Constexpr(problem.in_channels)),
+        ("ROW_CHUNK", spec.tile.block_k), ("CHUNKS", chunks), ("STRIPS", strips), ("UNITS", total),
+        ("UNITS_PER_SPLIT", cdiv(total, spec.split_k)),
+        ("stride_xn", xs[0]), ("stride_xh", xs[2]), ("stride_xw", Constexpr(xs[3])),
+        ("stride_dyn", dys[0]), ("stride_dyh", dys[2]), ("stride_dyw", Constexpr(dys[3])),
+        ("stride_os", split_stride), ("stride_ok", k_stride), ("stride_oy", y_stride), ("stride_ox", x_stride),
+    ]
+
+
+def operand_reasons(**tensors: torch.Tensor) -> list[str]:
+    """What the 16-byte copies need of the tensors themselves (checked once a prepared call):
+    dense channels, every stride and the data pointer a multiple of 16 bytes."""
+    reasons = []
+    for name, t in tensors.items():
+        if t.device.type == "meta":
+            continue
+        unit = kernels.STRIDE_UNIT
+        n, c, h, w = t.stride()
+        if c != 1 or w != t.shape[1]:
+            reasons.append(f"{name} strides {t.stride()}: the staged kernel reads dense channels_last rows")
+        elif w * t.element_size() % kernels.COPY_BYTES or any(s % unit for s in (n, h)):
+            reasons.append(f"{name} strides {t.stride()}: the 16-byte copies need the column stride a multiple "
+                           f"of 16 bytes and the row and image strides of {unit} elements")
+        if t.data_ptr() % kernels.COPY_BYTES:
+            reasons.append(f"{name} data pointer {t.data_ptr():#x}: not 16-byte aligned")
+    return reasons
+
+
+def _checked(problem, spec, target, input, grad_output):
+    validate(problem, spec, target)
+    if interpreter_enabled():  # a CUDA target planned offline, launched with the interpreter on
+        raise ValueError(f"{spec.kernel_name()}: TRITON_INTERPRET=1 is set and Gluon kernels have no interpreter")
+    reasons = operand_reasons(input=input, grad_output=grad_output)
+    if reasons:
+        raise ValueError(f"{spec.kernel_name()} cannot run these operands of {problem.describe()}: "
+                         + "; ".join(reasons))
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    _checked(problem, spec, target, input, grad_output)
+    return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
+                             kernel=kernel_for(problem, spec), make_args=stage1_args, grids=grids, validate=validate)
+
+
+def prepare(problem, spec, target, input, grad_output, out):
+    _checked(problem, spec, target, input, grad_output)
+    bound = shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel_for(problem, spec),
+                                  make_args=stage1_args, grids=grids, validate=validate)
+    inner = bound.run
+
+    def run(x, dy, out, workspace):
+        # a prepared call is keyed on shapes and strides, not addresses: an unaligned view would
+        # send the launch to the JIT, whose copies cannot be narrower than 4 bytes (compile error)
+        if (x.data_ptr() | dy.data_ptr()) % kernels.COPY_BYTES:
+            raise ValueError(f"{spec.kernel_name()}: " + "; ".join(operand_reasons(input=x, grad_output=dy)))
+        return inner(x, dy, out, workspace)
+
+    return BoundLaunch(run=run, kernels=bound.kernels)
+
+
+def compile_kernels(problem, spec, target):
+    validate(problem, spec, target)
+    return shared.compile_stages(problem, spec, target, kernel=kernel_for(problem, spec), make_args=stage1_args,
+                                 validate=validate)

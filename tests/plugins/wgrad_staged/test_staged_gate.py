@@ -1,0 +1,94 @@
+"""The staged family's gate, plan and sm_90 code, on the CPU (its kernel runs on a CUDA GPU only:
+Gluon has no interpreter; tests/plugins/wgrad_staged/test_staged_gpu.py runs it)."""
+
+import re
+
+import pytest
+
+import convwgrad
+from convwgrad.provider import ConvProblem, Tile
+from convwgrad.provider.plan import NoCandidateError
+
+FAMILY = "wgrad_staged"
+CONVNEXT = dict(batch=64, groups=96, in_channels=96, input_size=(56, 56), filter_size=7, padding=3)
+
+
+def _problem(dtype="bf16", layout="channels_last", **overrides):
+    return ConvProblem.build(**{**CONVNEXT, **overrides}, dtype=dtype, layout=layout)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("shape", [
+    CONVNEXT,
+    dict(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, padding=1),
+    dict(batch=32, groups=96, in_channels=96, input_size=(112, 112), filter_size=3, stride=2, padding=1),
+    dict(batch=3, groups=48, in_channels=48, input_size=(15, 13), filter_size=(3, 5), padding=((1, 0), (2, 1))),
+], ids=["convnext-7x7", "mbv2-3x3", "mbv2-3x3-s2", "odd-3x5-asym"])
+def test_admitted_on_sm90_with_every_split_holding_units(shape, dtype):
+    p = ConvProblem.build(**shape, dtype=dtype, layout="channels_last")
+    chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
+    spec = chosen.spec
+    assert spec.family == FAMILY and spec.tile.block_m == 32 * spec.tile.num_warps
+    oh, ow = p.output_size
+    units = p.batch * -(-oh // spec.tile.block_k) * -(-ow // spec.tile.block_n)
+    per = -(-units // spec.split_k)
+    assert 1 <= spec.split_k <= units and per * (spec.split_k - 1) < units, (spec.split_k, units)
+    assert chosen.grid[0] == (-(-p.out_channels // spec.tile.block_m), spec.split_k, 1)
+
+
+def test_router_gives_it_nothing():
+    """Opt-in: measured on two layers alone, not inside models."""
+    for dtype in ("bf16", "fp16", "fp32"):
+        assert convwgrad.plan(_problem(dtype), "sm_90").spec.family != FAMILY
+
+
+@pytest.mark.parametrize("problem, target, reason", [
+    (_problem(), "gfx950", "no gfx950"),
+    (_problem(layout="contiguous"), "sm_90", "layout=contiguous"),
+    (_problem(dilation=2, padding=6), "sm_90", "dilation=(2, 2)"),
+    (_problem(stride=3), "sm_90", "stride=(3, 3)"),
+    (_problem(stride=(1, 2)), "sm_90", "stride=(1, 2)"),
+    (_problem(filter_size=11, padding=5), "sm_90", "filter_size=(11, 11)"),
+    (_problem(groups=48), "sm_90", "cpg=2"),
+    (_problem(out_channels=192), "sm_90", "kpg=2"),
+    (_problem(groups=4, in_channels=4), "sm_90", "in_channels=4"),
+    (_problem(groups=40, in_channels=40, input_size=(15, 17), filter_size=3, padding=1), "sm_90",
+     "row of 17 columns x 40 channels"),
+    (ConvProblem.build(batch=2, groups=64, in_channels=64, input_size=(64,), filter_size=3, padding=1, dtype="bf16",
+                       layout="channels_last"), "sm_90", "spatial_dims=1"),
+], ids=["gfx950", "nchw", "dilated", "stride3", "unequal-stride", "11x11", "grouped", "multiplier",
+        "narrow-channels", "unaligned-rows", "1d"])
+def test_refusals_name_the_field(problem, target, reason):
+    with pytest.raises(NoCandidateError, match=re.escape(reason)):
+        convwgrad.plan(problem, target, family=FAMILY)
+
+
+@pytest.mark.parametrize("tile, reason", [
+    (Tile(block_m=64, block_n=8, block_k=16, num_warps=1, num_stages=2), "must be 32 x num_warps"),
+    (Tile(block_m=32, block_n=8, block_k=16, num_warps=1, num_stages=1), "num_stages=1"),
+    (Tile(block_m=32, block_n=32, block_k=16, num_warps=1, num_stages=2), "block_n"),
+])
+def test_tile_refusals(tile, reason):
+    with pytest.raises(NoCandidateError, match=reason):
+        convwgrad.plan(_problem(), "sm_90", family=FAMILY, tile=tile)
+
+
+def test_interpreter_refused():
+    with pytest.raises(NoCandidateError, match="no gfx950 or interpreter path"):
+        convwgrad.plan(_problem(), "interpreter", family=FAMILY)
+
+
+@pytest.mark.parametrize("overrides, dtype", [
+    ({}, "bf16"),
+    (dict(groups=144, in_channels=144, input_size=(56, 56), filter_size=3, stride=2, padding=1), "bf16"),
+    (dict(groups=240, in_channels=240, input_size=(28, 28), filter_size=5, padding=2), "fp16"),
+    ({}, "fp32"),
+], ids=["7x7-bf16", "3x3-s2-bf16", "5x5-fp16", "7x7-fp32"])
+def test_sm90_code_copies_16_bytes_without_scratch(overrides, dtype):
+    """The compile proof: the stage-1 kernel's only global loads are 16-byte cp.async copies, with
+    no scratch (spills) and at most 128 registers a thread (the tile's budget)."""
+    stage1, stage2 = convwgrad.aot.compile(_problem(dtype, **overrides), "sm_90", family=FAMILY)
+    isa = stage1.isa()
+    assert set(isa.global_loads) == {16} and isa.global_loads[16] > 0, isa
+    assert isa.scratch_bytes == 0 and isa.registers <= 128, isa
+    assert stage2.name.endswith("stage2")
