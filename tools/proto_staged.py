@@ -13,13 +13,13 @@ contiguous bytes: no bank conflict) and runs K * K * BW FMAs into K * K fp32 acc
 thread. Padding and tails are zero-filled by the masked copies, so the compute has no mask at all,
 and no input row is held in registers from one step to the next.
 
-Stride 1, dilation 1, channels_last (2-D, depthwise, channel multiplier 1) only: a prototype until
-it beats cuDNN. One fp32 partial a program ([split, C, K, K]), summed in order afterwards.
-
-Gluon's names differ between Triton 3.6 (the H200 machine: ``async_copy_global_to_shared``,
-``thread_barrier``) and 3.9 (``async_load``, ``barrier``); the generated source uses the installed
-one's. Gluon has no interpreter: correctness is checked on the GPU (``--check``, against float64,
-into NaN-poisoned partials) before any timing, and ``--offline`` compiles for sm_90 on a CPU.
+Square filters, stride 1 or 2, undilated, channels_last, depthwise; bf16/fp16/fp32. One fp32 partial a
+program ([split, C, K, K]), summed by torch afterwards. Since session 7 the kernel is the library's
+(``convwgrad/plugins/wgrad_staged/kernels.py``, the opt-in family ``wgrad_staged``); this tool keeps
+the bench against cuDNN, the float64 checks and the configs the family's Tile cannot express (row
+chunks that are not powers of two, programs a SM). Gluon has no interpreter: correctness is checked
+on the GPU (``--check``, against float64, into NaN-poisoned partials) before any timing, and
+``--offline`` compiles for sm_90 on a CPU.
 
 Usage:
   python tools/proto_staged.py --offline                 # CPU: registers, spills, SASS of the loop
@@ -29,181 +29,22 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import functools
-import hashlib
-import importlib.util
 import json
 import os
 import sys
-import tempfile
 
 import triton
-from triton.experimental.gluon.language.nvidia.ampere import async_copy as _async_copy
 
-import triton.experimental.gluon.language as _gl
-
-KERNEL_NAME = "_wgrad_direct_staged_kernel"
-#: Gluon's asynchronous copy and CTA barrier under the installed Triton's names
-_ASYNC_LOAD = "async_load" if hasattr(_async_copy, "async_load") else "async_copy_global_to_shared"
-_BARRIER = "barrier" if hasattr(_gl, "barrier") else "thread_barrier"
-
-_HEAD = """from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
+#: the prototype's dtype names -> the family's (its kernel is the library's, since session 7:
+#: convwgrad/plugins/wgrad_staged/kernels.py; this tool keeps the bench, the checks and configs
+#: the family's Tile cannot express: row chunks that are not powers of two, programs a SM)
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-@gluon.jit
-def {name}(
-    X, DY, OUT,
-    H, W, OH, OW, PAD_H, PAD_W,
-    C: gl.constexpr,  # a compile-time channel count lets the channel mask keep 16-byte copies
-    ROW_CHUNK, CHUNKS, STRIPS, UNITS, UNITS_PER_PROG,
-    stride_xn, stride_xh, stride_xw: gl.constexpr,
-    stride_dyn, stride_dyh, stride_dyw: gl.constexpr,
-    stride_os, stride_ok, stride_oy, stride_ox,
-):
-    # Generated: {k}x{k} filter, stride {st}, {dtype}, {bw} output columns a thread, {nw} warps ({cb}
-    # channels), copies {depth} steps ahead, rings of {ring} input rows ({cols} columns) and {dring}
-    # grad_output rows.
-    # compute values are [1, channels] (one channel a thread): a column of a staged row is the
-    # length-1 slice .slice(j, 1) (a double .index is refused: the row's layout is 2-D)
-    CH: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, {nw}], [1, 0])
-    CP: gl.constexpr = gl.BlockedLayout([1, {vec}], [{tpw0}, {tpw1}], [{nw}, 1], [1, 0])
-    RING: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # a row [columns, channels]; rings of rows
-    x_ring = gl.allocate_shared_memory(gl.{dtype}, [{ring}, {cols}, {cb}], RING)
-    dy_ring = gl.allocate_shared_memory(gl.{dtype}, [{dring}, {bwp}, {cb}], RING)
-
-    pid_c = gl.program_id(0)
-    split = gl.program_id(1)
-    # copy-side indices: [columns, channels] of one staged row
-    cp_col = gl.arange(0, {cols}, layout=gl.SliceLayout(1, CP))
-    cp_dcol = gl.arange(0, {bwp}, layout=gl.SliceLayout(1, CP))
-    cp_ch = pid_c * {cb} + gl.arange(0, {cb}, layout=gl.SliceLayout(0, CP))
-    cp_ch_ok = cp_ch < C
-    # compute-side channels (one a thread)
-    chans = (pid_c * {cb} + gl.arange(0, {cb}, layout=gl.SliceLayout(0, CH)))[None, :]
-"""
-
-
-#: element bytes of each dtype the kernel stages (16-byte copies: 8 or 4 channels a thread)
-DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-def _source(k: int, bw: int, nw: int, depth: int, st: int = 1, dtype: str = "bfloat16") -> str:
-    cb = 32 * nw
-    span = (bw - 1) * st + k    # input columns a strip reads
-    cols = triton.next_power_of_2(span)
-    bwp = triton.next_power_of_2(bw)
-    # rows in use by a step (k) + rows in flight (depth steps of st new rows each); shared
-    # allocations are powers of two
-    ring = triton.next_power_of_2(k + depth * st)
-    dring = triton.next_power_of_2(depth + 1)
-    vec = 16 // DTYPES[dtype]
-    tpw1 = cb // vec
-    tpw0 = 32 // tpw1
-    assert tpw0 * tpw1 == 32 and tpw0 * nw <= cols and tpw0 * nw <= bwp, (k, bw, nw, dtype)
-    p, q, b = " " * 4, " " * 8, " " * 12
-    lines = [_HEAD.format(name=KERNEL_NAME, k=k, bw=bw, nw=nw, cb=cb, depth=depth, ring=ring, cols=cols, dring=dring,
-                          bwp=bwp, tpw0=tpw0, tpw1=tpw1, vec=vec, st=st, dtype=dtype)]
-    lines += [f"{p}acc_{ky}_{kx} = gl.zeros([1, {cb}], gl.float32, layout=CH)" for ky in range(k) for kx in range(k)]
-    lines += [
-        f"{p}u_lo = split * UNITS_PER_PROG",
-        f"{p}u_hi = gl.minimum(u_lo + UNITS_PER_PROG, UNITS)",
-        f"{p}for u in range(u_lo, u_hi):",
-        f"{q}strip = u % STRIPS",
-        f"{q}rest = u // STRIPS",
-        f"{q}chunk = rest % CHUNKS",
-        f"{q}n = (rest // CHUNKS).to(gl.int64)",
-        f"{q}ow0 = strip * {bw}",
-        f"{q}ix0 = ow0 * {st} - PAD_W",
-        f"{q}oh_lo = chunk * ROW_CHUNK",
-        f"{q}steps = gl.minimum(ROW_CHUNK, OH - oh_lo)",
-        f"{q}iy0 = oh_lo * {st} - PAD_H",
-        # the strip's staged columns: inside the image and within the window (zero-filled otherwise)
-        f"{q}x_cols_ok = (ix0 + cp_col >= 0) & (ix0 + cp_col < W) & (cp_col < {span})",
-        f"{q}x_tile = X + n * stride_xn + (ix0 + cp_col)[:, None] * stride_xw + cp_ch[None, :]",
-        f"{q}x_tile_ok = x_cols_ok[:, None] & cp_ch_ok[None, :]",
-        f"{q}dy_cols_ok = (ow0 + cp_dcol < OW) & (cp_dcol < {bw})",
-        f"{q}dy_tile = DY + n * stride_dyn + (ow0 + cp_dcol)[:, None] * stride_dyw + cp_ch[None, :]",
-        f"{q}dy_tile_ok = dy_cols_ok[:, None] & cp_ch_ok[None, :]",
-    ]
-
-    def copy_x_row(indent, rel, extra_ok):
-        """Input row iy0 + rel into ring slot rel % ring (rel: a relative row index expression)."""
-        return [
-            f"{indent}iy = iy0 + ({rel})",
-            f"{indent}row_ok = (iy >= 0) & (iy < H){extra_ok}",
-            f"{indent}async_copy.{_ASYNC_LOAD}(x_ring.index(({rel}) % {ring}), x_tile + iy * stride_xh, "
-            f"mask=x_tile_ok & row_ok)",
-        ]
-
-    def copy_dy_row(indent, step, extra_ok):
-        return [
-            f"{indent}async_copy.{_ASYNC_LOAD}(dy_ring.index(({step}) % {dring}), dy_tile + (oh_lo + ({step})) * "
-            f"stride_dyh, mask=dy_tile_ok & ({extra_ok}))",
-        ]
-
-    # Prologue: group 0 = the first step's k input rows and its grad_output row; group g < depth =
-    # the st input rows step g adds (k + (g - 1) * st ...) and grad_output row g (empty where the
-    # chunk has fewer steps). Step s reads input rows s * st .. s * st + k - 1 (relative to iy0).
-    for rel in range(k):
-        lines += copy_x_row(q, str(rel), "")
-    lines += copy_dy_row(q, "0", "steps > 0")
-    lines.append(f"{q}async_copy.commit_group()")
-    for g in range(1, depth):
-        for i in range(st):
-            lines += copy_x_row(q, str(k + (g - 1) * st + i), f" & ({g} < steps)")
-        lines += copy_dy_row(q, str(g), f"{g} < steps")
-        lines.append(f"{q}async_copy.commit_group()")
-    lines += [
-        f"{q}for s in range(0, steps):",
-        # group s has landed (depth - 1 younger ones may still fly); every thread's copies visible
-        f"{b}async_copy.wait_group({depth - 1})",
-        f"{b}gl.{_BARRIER}()",
-        # group s + depth reuses the slots step s - 1 read (all threads are past it: the barrier)
-    ]
-    for i in range(st):
-        lines += copy_x_row(b, f"(s + {depth}) * {st} + {k - st + i}", f" & (s + {depth} < steps)")
-    lines += copy_dy_row(b, f"s + {depth}", f"s + {depth} < steps")
-    lines.append(f"{b}async_copy.commit_group()")
-    lines.append(f"{b}dy_row = dy_ring.index(s % {dring})")
-    for w in range(bw):
-        lines.append(f"{b}dv_{w} = dy_row.slice({w}, 1).load(CH).to(gl.float32)")
-    for ky in range(k):
-        lines.append(f"{b}x_row = x_ring.index((s * {st} + {ky}) % {ring})")
-        for j in range(span):
-            uses = [(w, kx) for kx in range(k) for w in range(bw) if w * st + kx == j]
-            if not uses:
-                continue
-            lines.append(f"{b}v = x_row.slice({j}, 1).load(CH).to(gl.float32)")
-            for w, kx in uses:
-                lines.append(f"{b}acc_{ky}_{kx} += v * dv_{w}")
-    # drain: the masked-off groups past the chunk still write (zeros) into the rings
-    lines += [f"{q}async_copy.wait_group(0)", f"{q}gl.{_BARRIER}()"]
-    lines.append(f"{p}out = OUT + split.to(gl.int64) * stride_os + chans * stride_ok")
-    for ky in range(k):
-        for kx in range(k):
-            lines.append(f"{p}gl.store(out + ({ky} * stride_oy + {kx} * stride_ox), acc_{ky}_{kx}, mask=chans < C)")
-    return "\n".join(lines) + "\n"
-
-
-@functools.lru_cache(maxsize=None)
 def staged_kernel(k, bw, nw, depth, st=1, dtype="bfloat16"):
-    source = _source(k, bw, nw, depth, st, dtype)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    name = f"convwgrad_direct_staged_{digest}"
-    directory = os.environ.get("CONVWGRAD_GENERATED_DIR") or os.path.join(tempfile.gettempdir(), "convwgrad-gen")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, name + ".py")
-    if not os.path.exists(path) or open(path).read() != source:
-        with open(path + ".tmp", "w") as f:
-            f.write(source)
-        os.replace(path + ".tmp", path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, KERNEL_NAME)
+    from convwgrad.plugins.wgrad_staged.kernels import staged_kernel as family_kernel
+
+    return family_kernel(k, k, st, bw, nw, depth, DTYPES[dtype])
 
 
 def plan(x_shape, k, pad, *, bw, nw=1, depth=2, row_chunk=None, per_sm=16, sms=132, stride=1):
@@ -239,9 +80,9 @@ def unsupported(x, dy, k, pad, stride) -> list[str]:
     for name, t in (("input", x), ("grad_output", dy)):
         if t.stride(1) != 1 or t.stride(3) != c:
             reasons.append(f"{name} strides {t.stride()}: channels_last with dense channels only")
-        elif any(v * t.element_size() % 16 for v in (t.stride(0), t.stride(2), t.stride(3))):
-            reasons.append(f"{name} strides {t.stride()} x {t.element_size()} bytes: 16-byte copies need every "
-                           f"row and column stride a multiple of 16 bytes")
+        elif t.stride(3) * t.element_size() % 16 or t.stride(0) % 16 or t.stride(2) % 16:
+            reasons.append(f"{name} strides {t.stride()}: 16-byte copies need the column stride a multiple of 16 "
+                           f"bytes and the row and image strides of 16 elements (what Triton specialises on)")
         if t.data_ptr() % 16:
             reasons.append(f"{name} data pointer not 16-byte aligned")
     return reasons
