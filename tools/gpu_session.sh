@@ -39,6 +39,9 @@
 #   unirepaten  UniRepLKNet-T b32 CL, the built-in router and then every depthwise layer to cuDNN
 #            (tools/route_experiments.py:depthwise_to_aten), each against stock with an A/A arm
 #   staged   the shared-memory staged prototype (tools/proto_staged.py): float64 check, then beside cuDNN
+#   stagedfamily  the staged family's GPU tests (and the prototype's float64 checks)
+#   stagedsteps  ConvNeXt-T 64 and MobileNetV2 128 channels_last with their small depthwise layers routed to
+#            the staged family (tools/route_experiments.py:small_depthwise_to_staged), same-model, A/A arm
 #   rolling56  the rolling prototype's configs on ConvNeXt's 56x56 and 28x28 layers only, and ncu stall
 #            reasons of the 14-row-chunk config
 #   unirepprofile  UniRepLKNet-T b32 CL steps under torch.profiler: kernel time by name stock vs patched
@@ -48,8 +51,8 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (next session: `staged` first (the staged prototype's GPU checks incl. stride 2 / fp16 / fp32, then nine layers
-#  beside cuDNN), then ncu of its best config; on nvidia-h200-x2: `ddp2`)
+# (next session: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
+#  fp16 / fp32 and nine layers beside cuDNN), then `stagedsteps`, ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
@@ -203,6 +206,13 @@ PY
     staged)
       timeout 240 python3 tools/proto_staged.py --check --bench --json "$OUT/staged.json" 2>&1 \
         | grep -v -i "warn\|leaked\|nanobind\|skipped rem" | tee "$OUT/staged.txt" | tail -40 ;;
+    stagedfamily)
+      OMP_NUM_THREADS=4 timeout 200 python3 -m pytest tests/plugins/wgrad_staged tests/plugins/wgrad_direct/test_staged_prototype.py \
+        -m gpu -q -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_staged.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -30 ;;
+    stagedsteps)
+      timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
+        --plugin tools/route_experiments.py:small_depthwise_to_staged --models convnext_tiny:64,mobilenetv2_100:128 \
+        --json "$OUT/steps_staged.json" 2>&1 | grep -v Warn | tee "$OUT/steps_staged.txt" ;;
     rolling56)
       timeout 200 python3 tools/proto_rolling.py --bench --layers convnext-56-c96-k7,convnext-28-c192-k7 \
         --json "$OUT/rolling56.json" 2>&1 | grep -v Warn | tee "$OUT/rolling56.txt"

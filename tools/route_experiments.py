@@ -33,6 +33,14 @@ batch 32 ran 0.94-0.96x in sessions 5-6 with 15 layers shifted):
     python tools/step_bench.py --same-model --with-control --layouts channels_last \
         --models unireplknet_t:32 --plugin tools/route_experiments.py:depthwise_to_aten
 
+``small_depthwise_to_staged``: the staged family's class (2-D depthwise up to 9x9, stride 1-2,
+undilated, channels_last) to it, for the models whose small filters cuDNN serves today (ConvNeXt-T,
+MobileNetV2, EfficientNet-B0 in channels_last); its kernel measured 1.21x / 1.77x cuDNN on two
+layers alone (session 7):
+
+    python tools/step_bench.py --same-model --with-control --layouts channels_last \
+        --models convnext_tiny:64,mobilenetv2_100:128 --plugin tools/route_experiments.py:small_depthwise_to_staged
+
 (Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
 and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
 """
@@ -80,3 +88,7 @@ small_dilated_to_merged = RouteExperiment(
 nchw_to_channels_last = RouteExperiment("nchw_to_channels_last", "aten_channels_last", "NCHW 2-D depthwise",
                                         lambda p: p.layout == "contiguous")
 depthwise_to_aten = RouteExperiment("depthwise_to_aten", "aten", "2-D depthwise", lambda p: True)
+small_depthwise_to_staged = RouteExperiment(
+    "small_depthwise_to_staged", "wgrad_staged", "2-D depthwise up to 9x9, stride <= 2, undilated, channels_last",
+    lambda p: p.layout == "channels_last" and max(p.filter_size) <= 9 and max(p.stride) <= 2
+    and all(d == 1 for d in p.dilation))
