@@ -34,8 +34,8 @@ MAX_BLOCKS = (128, 16, 64)
 MAX_FILTER = 9
 #: Strides 1 and 2 (the rows a step adds are copied one at a time; 2 covers the published layers).
 MAX_STRIDE = 2
-#: 227 KB of shared memory a block on sm_90 (the opt-in maximum is larger, the default 48 KB:
-#: Triton raises the limit for the kernel). A tile past it cannot launch.
+#: sm_90's opt-in maximum of shared memory a block, 227 KB (Triton opts a kernel in above the
+#: 48 KB default); a tile whose rings need more cannot launch.
 MAX_SHARED_BYTES = 227 * 1024
 
 
