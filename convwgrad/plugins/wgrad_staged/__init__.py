@@ -7,8 +7,9 @@ channels_last, where cuDNN runs 6-12x above the floor. Opt-in (``selectors.routi
 its kernel was measured faster than cuDNN on two layers only (H200, session 7, as
 tools/proto_staged.py: ConvNeXt 56x56 C96 7x7 N=64 1.21x, MobileNetV2 56x56 C144 3x3 N=32 1.77x in
 kernel time), not yet inside models, so the router gives it nothing; pin it with
-``plan(problem, family="wgrad_staged")``. NVIDIA only (cp.async, sm_80+): it refuses gfx950 and
-the interpreter with that reason.
+``plan(problem, family="wgrad_staged")``. Its copies are NVIDIA's cp.async (sm_80+) or CDNA4's
+global -> LDS loads (gfx950: compiled on the CPU with Triton 3.9, never run on hardware); it refuses
+other targets and the interpreter (Gluon has none) with that reason.
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ DEFAULT_ROWS = 16
 DEEP_COPIES_BELOW_ROWS = 5
 
 
-def tile_for(problem) -> Tile:
+def tile_for(problem, target) -> Tile:
+    """One warp of one channel a thread (64 channels on gfx950's wave64: not measured there)."""
     stages = 3 if problem.filter_size[0] < DEEP_COPIES_BELOW_ROWS else 2
-    return Tile(block_m=32 * DEFAULT_WARPS, block_n=DEFAULT_COLUMNS, block_k=DEFAULT_ROWS, num_warps=DEFAULT_WARPS,
-                num_stages=stages)
+    return Tile(block_m=target.warp_size * DEFAULT_WARPS, block_n=DEFAULT_COLUMNS, block_k=DEFAULT_ROWS,
+                num_warps=DEFAULT_WARPS, num_stages=stages)
 
 
 def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
-    return [KernelSpec(family=FAMILY, dtype=problem.dtype, tile=tile_for(problem), group_merge=group_merge or 1,
+    return [KernelSpec(family=FAMILY, dtype=problem.dtype, tile=tile_for(problem, target), group_merge=group_merge or 1,
                        wide_index=needs_wide_index(problem))]
 
 

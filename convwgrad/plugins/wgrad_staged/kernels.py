@@ -39,11 +39,25 @@ GLUON_DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float
 COPY_BYTES = 16
 
 
-def _gluon_names() -> tuple[str, str]:
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+#: Per backend: the warp size and the Gluon module of the asynchronous global -> shared copy.
+#: gfx950 (CDNA4) has the same commit/wait-group model as NVIDIA's cp.async.
+BACKENDS = {
+    "cuda": (32, "triton.experimental.gluon.language.nvidia.ampere"),
+    "hip": (64, "triton.experimental.gluon.language.amd.cdna4"),
+}
 
-    copy = "async_load" if hasattr(async_copy, "async_load") else "async_copy_global_to_shared"
+
+def _gluon_names(backend: str) -> tuple[str, str]:
+    """(the copy function, the CTA barrier) under the installed Triton's names."""
+    import importlib
+
+    from triton.experimental.gluon import language as gl
+
+    async_copy = importlib.import_module(BACKENDS[backend][1] + ".async_copy")
+    if backend == "hip":
+        copy = "global_load_to_shared"
+    else:
+        copy = "async_load" if hasattr(async_copy, "async_load") else "async_copy_global_to_shared"
     barrier = "barrier" if hasattr(gl, "barrier") else "thread_barrier"
     return copy, barrier
 
@@ -57,7 +71,7 @@ STRIDE_UNIT = 16
 
 _HEAD = """from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from {copy_module} import async_copy
 
 
 @gluon.jit
@@ -75,7 +89,7 @@ def {name}(
     # {dring} grad_output rows. See convwgrad/plugins/wgrad_staged/kernels.py.
     # Compute values are [1, channels] (one channel a thread); a column of a staged row is the
     # length-1 view .slice(j, 1) (a second .index is refused: a row's shared layout is 2-D).
-    CH: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, {nw}], [1, 0])
+    CH: gl.constexpr = gl.BlockedLayout([1, 1], [1, {warp}], [1, {nw}], [1, 0])
     CP: gl.constexpr = gl.BlockedLayout([1, {vec}], [{tpw0}, {tpw1}], [{nw}, 1], [1, 0])
     ROW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     x_ring = gl.allocate_shared_memory(gl.{gdtype}, [{ring}, {cols}, {cb}], ROW)
@@ -91,29 +105,30 @@ def {name}(
 """
 
 
-def geometry(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str) -> dict:
+def geometry(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str, warp: int = 32) -> dict:
     """Sizes the generated kernel is built from (powers of two where Gluon allocates them)."""
     _, size = GLUON_DTYPES[dtype]
     span = (bw - 1) * stride + fx           # input columns a strip reads
     vec = COPY_BYTES // size
-    cb = 32 * nw
+    cb = warp * nw
     tpw1 = cb // vec
     return dict(span=span, cols=triton.next_power_of_2(span), bwp=triton.next_power_of_2(bw), cb=cb, vec=vec,
-                tpw1=tpw1, tpw0=32 // tpw1 if tpw1 <= 32 else 0,
+                warp=warp, tpw1=tpw1, tpw0=warp // tpw1 if tpw1 <= warp else 0,
                 # rows a step reads + the rows DEPTH steps ahead add (stride each)
                 ring=triton.next_power_of_2(fy + depth * stride), dring=triton.next_power_of_2(depth + 1))
 
 
-def shared_bytes(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str) -> int:
-    g = geometry(fy, fx, stride, bw, nw, depth, dtype)
+def shared_bytes(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str, warp: int = 32) -> int:
+    g = geometry(fy, fx, stride, bw, nw, depth, dtype, warp)
     return (g["ring"] * g["cols"] + g["dring"] * g["bwp"]) * g["cb"] * GLUON_DTYPES[dtype][1]
 
 
-def layout_reasons(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str) -> list[str]:
-    """Why the copy layout cannot cover this tile ([] when it can): a warp's 32 threads must tile
-    the channels in 16-byte vectors and the rows of a staged tile without repeating one."""
-    g = geometry(fy, fx, stride, bw, nw, depth, dtype)
-    if g["tpw0"] == 0 or g["tpw0"] * g["tpw1"] != 32:
+def layout_reasons(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str,
+                   warp: int = 32) -> list[str]:
+    """Why the copy layout cannot cover this tile ([] when it can): a warp's threads must tile the
+    channels in 16-byte vectors and the rows of a staged tile without repeating one."""
+    g = geometry(fy, fx, stride, bw, nw, depth, dtype, warp)
+    if g["tpw0"] == 0 or g["tpw0"] * g["tpw1"] != warp:
         return [f"{g['cb']} channels a program in {g['vec']}-channel copies is not a whole warp's worth"]
     if g["tpw0"] * nw > min(g["cols"], g["bwp"]):
         return [f"block_n={bw} columns: the copies of {nw} warps cover {g['tpw0'] * nw} staged columns a pass, "
@@ -121,14 +136,15 @@ def layout_reasons(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, 
     return []
 
 
-def _source(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str) -> str:
-    g = geometry(fy, fx, stride, bw, nw, depth, dtype)
+def _source(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str, backend: str = "cuda") -> str:
+    warp, copy_module = BACKENDS[backend]
+    g = geometry(fy, fx, stride, bw, nw, depth, dtype, warp)
     span, ring, dring, st = g["span"], g["ring"], g["dring"], stride
-    copy, barrier = _gluon_names()
+    copy, barrier = _gluon_names(backend)
     p, q, b = " " * 4, " " * 8, " " * 12
     lines = [_HEAD.format(name=KERNEL_NAME, fy=fy, fx=fx, st=st, dtype=dtype, gdtype=GLUON_DTYPES[dtype][0], bw=bw,
-                          nw=nw, depth=depth, **{k: g[k] for k in ("cb", "ring", "cols", "dring", "bwp", "vec", "tpw0",
-                                                                   "tpw1")})]
+                          nw=nw, depth=depth, copy_module=copy_module,
+                          **{k: g[k] for k in ("cb", "ring", "cols", "dring", "bwp", "vec", "tpw0", "tpw1", "warp")})]
     lines += [f"{p}acc_{ky}_{kx} = gl.zeros([1, {g['cb']}], gl.float32, layout=CH)"
               for ky in range(fy) for kx in range(fx)]
     lines += [
@@ -209,6 +225,6 @@ def _source(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: 
 
 
 @functools.lru_cache(maxsize=None)
-def staged_kernel(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str):
-    """The generated Gluon kernel for this filter, stride, tile and dtype."""
-    return load_generated(_source(fy, fx, stride, bw, nw, depth, dtype), "convwgrad_staged", KERNEL_NAME)
+def staged_kernel(fy: int, fx: int, stride: int, bw: int, nw: int, depth: int, dtype: str, backend: str = "cuda"):
+    """The generated Gluon kernel for this filter, stride, tile, dtype and backend."""
+    return load_generated(_source(fy, fx, stride, bw, nw, depth, dtype, backend), "convwgrad_staged", KERNEL_NAME)

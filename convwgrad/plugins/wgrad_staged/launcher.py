@@ -2,7 +2,7 @@
 
 Tile fields, as this family reads them (it has no GEMM tile; see :mod:`.kernels`):
 
-- ``block_m``: channels per program, 32 a warp (one channel a thread): ``num_warps * 32``;
+- ``block_m``: channels per program, one a thread: ``num_warps`` x the warp size (32, or 64 on gfx950);
 - ``block_n``: output columns a thread (BW, the strip width);
 - ``block_k``: output rows a work unit (the row chunk a program walks with one pipeline start);
 - ``num_warps``; ``num_stages``: the copy pipeline's depth + 1 (copies issued ``num_stages - 1``
@@ -43,14 +43,19 @@ def _depth(spec: KernelSpec) -> int:
     return spec.tile.num_stages - 1
 
 
-def kernel_key(problem: ConvProblem, spec: KernelSpec) -> tuple:
+#: Targets whose asynchronous global -> shared copies the kernel uses: NVIDIA's cp.async (sm_80+)
+#: and CDNA4's global_load_lds (gfx950; compiled offline with Triton 3.9, not run on hardware).
+HIP_ARCHS = ("gfx950",)
+
+
+def kernel_key(problem: ConvProblem, spec: KernelSpec, target) -> tuple:
     fy, fx = problem.filter_size
     tile = spec.tile
-    return fy, fx, problem.stride[0], tile.block_n, tile.num_warps, _depth(spec), problem.dtype
+    return fy, fx, problem.stride[0], tile.block_n, tile.num_warps, _depth(spec), problem.dtype, target.backend
 
 
-def kernel_for(problem: ConvProblem, spec: KernelSpec):
-    return kernels.staged_kernel(*kernel_key(problem, spec))
+def kernel_for(problem: ConvProblem, spec: KernelSpec, target):
+    return kernels.staged_kernel(*kernel_key(problem, spec, target))
 
 
 def units(problem: ConvProblem, spec: KernelSpec) -> tuple[int, int, int]:
@@ -67,11 +72,13 @@ def staged_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str
     """Why the staged kernel cannot run ``spec`` on ``problem``; [] when it can. The one gate:
     support() and validate() both call it."""
     reasons = []
-    if target.backend != "cuda":
-        reasons.append(f"target {target.name}: the staged kernel is Gluon with NVIDIA cp.async copies (sm_80+); "
-                       f"no gfx950 or interpreter path is written")
-    elif int(target.arch) < 80:
+    if target.backend not in ("cuda", "hip"):
+        reasons.append(f"target {target.name}: the staged kernel is Gluon with asynchronous copies (CUDA sm_80+, "
+                       f"gfx950); Gluon has no interpreter")
+    elif target.backend == "cuda" and int(target.arch) < 80:
         reasons.append(f"target {target.name}: cp.async needs sm_80 or newer")
+    elif target.backend == "hip" and target.arch not in HIP_ARCHS:
+        reasons.append(f"target {target.name}: the global -> LDS copies it uses are CDNA4's ({', '.join(HIP_ARCHS)})")
     if problem.spatial_dims != 2:
         reasons.append(f"spatial_dims={problem.spatial_dims}: the staged kernel computes 2-D convolutions only")
     if problem.cpg != 1 or problem.kpg != 1:
@@ -111,16 +118,16 @@ def staged_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str
     tile = spec.tile
     if tile is None:
         return reasons + ["needs a tile"]
-    if tile.block_m != 32 * tile.num_warps:
-        reasons.append(f"tile {tile.name}: block_m (channels a program) must be 32 x num_warps (one channel a "
-                       f"thread), not {tile.block_m} with {tile.num_warps} warps")
+    if tile.block_m != target.warp_size * tile.num_warps:
+        reasons.append(f"tile {tile.name}: block_m (channels a program) must be {target.warp_size} x num_warps "
+                       f"(one channel a thread), not {tile.block_m} with {tile.num_warps} warps")
     if tile.num_stages < 2:
         reasons.append(f"tile {tile.name}: num_stages={tile.num_stages}, the copies need at least 2 (copies one "
                        f"step ahead)")
     if not reasons:
-        key = kernel_key(problem, spec)
-        reasons += kernels.layout_reasons(*key)
-        nbytes = kernels.shared_bytes(*key)
+        key = kernel_key(problem, spec, target)[:-1]
+        reasons += kernels.layout_reasons(*key, warp=target.warp_size)
+        nbytes = kernels.shared_bytes(*key, warp=target.warp_size)
         if nbytes > MAX_SHARED_BYTES:
             reasons.append(f"tile {tile.name}: {nbytes} bytes of rings, over the {MAX_SHARED_BYTES} a block has")
     return reasons
@@ -213,13 +220,15 @@ def _checked(problem, spec, target, input, grad_output):
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
     _checked(problem, spec, target, input, grad_output)
     return shared.run_stages(problem, spec, target, input, grad_output, out, workspace,
-                             kernel=kernel_for(problem, spec), make_args=stage1_args, grids=grids, validate=validate)
+                             kernel=kernel_for(problem, spec, target), make_args=stage1_args, grids=grids,
+                             validate=validate)
 
 
 def prepare(problem, spec, target, input, grad_output, out):
     _checked(problem, spec, target, input, grad_output)
-    bound = shared.prepare_stages(problem, spec, target, input, grad_output, out, kernel=kernel_for(problem, spec),
-                                  make_args=stage1_args, grids=grids, validate=validate)
+    bound = shared.prepare_stages(problem, spec, target, input, grad_output, out,
+                                  kernel=kernel_for(problem, spec, target), make_args=stage1_args, grids=grids,
+                                  validate=validate)
     inner = bound.run
 
     def run(x, dy, out, workspace):
@@ -234,5 +243,5 @@ def prepare(problem, spec, target, input, grad_output, out):
 
 def compile_kernels(problem, spec, target):
     validate(problem, spec, target)
-    return shared.compile_stages(problem, spec, target, kernel=kernel_for(problem, spec), make_args=stage1_args,
-                                 validate=validate)
+    return shared.compile_stages(problem, spec, target, kernel=kernel_for(problem, spec, target),
+                                 make_args=stage1_args, validate=validate)

@@ -17,6 +17,7 @@ def _problem(dtype="bf16", layout="channels_last", **overrides):
     return ConvProblem.build(**{**CONVNEXT, **overrides}, dtype=dtype, layout=layout)
 
 
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("shape", [
     CONVNEXT,
@@ -24,11 +25,11 @@ def _problem(dtype="bf16", layout="channels_last", **overrides):
     dict(batch=32, groups=96, in_channels=96, input_size=(112, 112), filter_size=3, stride=2, padding=1),
     dict(batch=3, groups=48, in_channels=48, input_size=(15, 13), filter_size=(3, 5), padding=((1, 0), (2, 1))),
 ], ids=["convnext-7x7", "mbv2-3x3", "mbv2-3x3-s2", "odd-3x5-asym"])
-def test_admitted_on_sm90_with_every_split_holding_units(shape, dtype):
+def test_admitted_with_every_split_holding_units(shape, dtype, target):
     p = ConvProblem.build(**shape, dtype=dtype, layout="channels_last")
-    chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
+    chosen = convwgrad.plan(p, target, family=FAMILY)
     spec = chosen.spec
-    assert spec.family == FAMILY and spec.tile.block_m == 32 * spec.tile.num_warps
+    assert spec.family == FAMILY and spec.tile.block_m == chosen.target.warp_size * spec.tile.num_warps
     oh, ow = p.output_size
     units = p.batch * -(-oh // spec.tile.block_k) * -(-ow // spec.tile.block_n)
     per = -(-units // spec.split_k)
@@ -39,11 +40,12 @@ def test_admitted_on_sm90_with_every_split_holding_units(shape, dtype):
 def test_router_gives_it_nothing():
     """Opt-in: measured on two layers alone, not inside models."""
     for dtype in ("bf16", "fp16", "fp32"):
-        assert convwgrad.plan(_problem(dtype), "sm_90").spec.family != FAMILY
+        for target in ("sm_90", "gfx950"):
+            assert convwgrad.plan(_problem(dtype), target).spec.family != FAMILY
 
 
 @pytest.mark.parametrize("problem, target, reason", [
-    (_problem(), "gfx950", "no gfx950"),
+    (_problem(), "gfx942", "CDNA4's (gfx950)"),
     (_problem(layout="contiguous"), "sm_90", "layout=contiguous"),
     (_problem(dilation=2, padding=6), "sm_90", "dilation=(2, 2)"),
     (_problem(stride=3), "sm_90", "stride=(3, 3)"),
@@ -56,7 +58,7 @@ def test_router_gives_it_nothing():
      "row of 17 columns x 40 channels"),
     (ConvProblem.build(batch=2, groups=64, in_channels=64, input_size=(64,), filter_size=3, padding=1, dtype="bf16",
                        layout="channels_last"), "sm_90", "spatial_dims=1"),
-], ids=["gfx950", "nchw", "dilated", "stride3", "unequal-stride", "11x11", "grouped", "multiplier",
+], ids=["gfx942", "nchw", "dilated", "stride3", "unequal-stride", "11x11", "grouped", "multiplier",
         "narrow-channels", "unaligned-rows", "1d"])
 def test_refusals_name_the_field(problem, target, reason):
     with pytest.raises(NoCandidateError, match=re.escape(reason)):
@@ -74,7 +76,7 @@ def test_tile_refusals(tile, reason):
 
 
 def test_interpreter_refused():
-    with pytest.raises(NoCandidateError, match="no gfx950 or interpreter path"):
+    with pytest.raises(NoCandidateError, match="Gluon has no interpreter"):
         convwgrad.plan(_problem(), "interpreter", family=FAMILY)
 
 
@@ -84,10 +86,12 @@ def test_interpreter_refused():
     (dict(groups=240, in_channels=240, input_size=(28, 28), filter_size=5, padding=2), "fp16"),
     ({}, "fp32"),
 ], ids=["7x7-bf16", "3x3-s2-bf16", "5x5-fp16", "7x7-fp32"])
-def test_sm90_code_copies_16_bytes_without_scratch(overrides, dtype):
-    """The compile proof: the stage-1 kernel's only global loads are 16-byte cp.async copies, with
-    no scratch (spills) and at most 128 registers a thread (the tile's budget)."""
-    stage1, stage2 = convwgrad.aot.compile(_problem(dtype, **overrides), "sm_90", family=FAMILY)
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_code_copies_16_bytes_without_scratch(overrides, dtype, target):
+    """The compile proofs: the stage-1 kernel's only global loads are 16-byte asynchronous copies
+    (cp.async on sm_90, global_load_lds_dwordx4 on gfx950), with no scratch (spills) and at most
+    128 registers a thread (the tile's budget)."""
+    stage1, stage2 = convwgrad.aot.compile(_problem(dtype, **overrides), target, family=FAMILY)
     isa = stage1.isa()
     assert set(isa.global_loads) == {16} and isa.global_loads[16] > 0, isa
     assert isa.scratch_bytes == 0 and isa.registers <= 128, isa
