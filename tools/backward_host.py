@@ -8,7 +8,7 @@ itself, wall (perf_counter) and CPU time of the calling thread (thread_time), on
 kernels are shorter than the host path, and a cProfile of the calls made inside the backward
 (enabled in the engine's thread: a profiler only sees its own thread) names the slow functions.
 
-Usage: python tools/backward_host.py [LAYER ...]   (names from tools/host_overhead.py LAYERS)
+Usage: python tools/backward_host.py [--plugin FILE.py:NAME] [LAYER ...]   (names from tools/host_overhead.py LAYERS)
 """
 
 import cProfile
@@ -90,4 +90,10 @@ def main(names):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or DEFAULT_LAYERS)
+    names = sys.argv[1:]
+    while names and names[0] == "--plugin":  # a route experiment, as tools/step_bench.py registers it
+        from step_bench import register_plugin
+
+        register_plugin(names[1])
+        names = names[2:]
+    main(names or DEFAULT_LAYERS)

@@ -40,6 +40,17 @@
 #            (tools/route_experiments.py:depthwise_to_aten), each against stock with an A/A arm
 #   staged   the shared-memory staged prototype (tools/proto_staged.py): float64 check, then beside cuDNN
 #   stagedfamily  the staged family's GPU tests (and the prototype's float64 checks)
+#   reduce   the shared stage 2 (tiled) beside session 7's sequential one and torch.sum (tools/reduce_bench.py), then
+#            ConvNeXt-T 64 / MobileNetV2 128 CL with small_depthwise_to_staged: per-layer dW in the model and the profile
+#   stagedhost  host time of a staged dW call (main thread and inside autograd's backward, with cProfile) beside
+#            the cuDNN-planned call, on MobileNetV2 layers (tools/backward_host.py)
+#   familytests  the GPU tests of every family (the shared stage 2 changed in session 8)
+#   stagedrule  ConvNeXt-T 64 / MobileNetV2 128 CL with only the large layers routed to staged
+#            (tools/route_experiments.py:large_depthwise_to_staged), same-model, A/A arm
+#   stagedgraphs  MobileNetV2 128 CL compiled with mode="reduce-overhead", stock vs small_depthwise_to_staged
+#   stagedsweep  the staged prototype's SWEEPS[$STAGED_SWEEP] configs (grid, fewer) on ConvNeXt-T's 28x28 / 14x14 / 7x7 7x7 layers beside cuDNN
+#   stagedconvnext  session 8's wide-strip tiles: ConvNeXt-T 64 CL per-layer dW in the model with
+#            small_depthwise_to_staged, then compiled with mode="reduce-overhead", stock vs that route
 #   stagedsteps  ConvNeXt-T 64 and MobileNetV2 128 channels_last with their small depthwise layers routed to
 #            the staged family (tools/route_experiments.py:small_depthwise_to_staged), same-model, A/A arm
 #   rolling56  the rolling prototype's configs on ConvNeXt's 56x56 and 28x28 layers only, and ncu stall
@@ -209,6 +220,36 @@ PY
     stagedfamily)
       OMP_NUM_THREADS=4 timeout 200 python3 -m pytest tests/plugins/wgrad_staged tests/plugins/wgrad_direct/test_staged_prototype.py \
         -m gpu -q -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_staged.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -30 ;;
+    reduce)
+      timeout 120 python3 tools/reduce_bench.py --json "$OUT/reduce.json" 2>&1 | grep -v Warn | tee "$OUT/reduce.txt"
+      timeout 240 python3 tools/step_bench.py --models convnext_tiny:64,mobilenetv2_100:128 --layouts channels_last \
+        --rounds 1 --profile --layers --plugin tools/route_experiments.py:small_depthwise_to_staged \
+        --json "$OUT/layers_staged.json" 2>&1 | grep -v -i "warn" | tee "$OUT/layers_staged.txt" | tail -60 ;;
+    stagedhost)
+      timeout 120 python3 tools/backward_host.py mbv2-14-c384-k3 mbv2-7-c960-k3 2>&1 | grep -v Warn | tee "$OUT/host_aten.txt"
+      timeout 120 python3 tools/backward_host.py --plugin tools/route_experiments.py:small_depthwise_to_staged \
+        mbv2-14-c384-k3 mbv2-7-c960-k3 2>&1 | grep -v Warn | tee "$OUT/host_staged.txt" ;;
+    familytests)
+      OMP_NUM_THREADS=4 timeout 280 python3 -m pytest tests/plugins tests/provider -m gpu -q -p no:cacheprovider -n 4 2>&1 \
+        | tee "$OUT/pytest_families.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -30 ;;
+    stagedrule)
+      timeout 200 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
+        --plugin tools/route_experiments.py:large_depthwise_to_staged --models mobilenetv2_100:128,convnext_tiny:64 \
+        --json "$OUT/steps_stagedrule.json" 2>&1 | grep -v Warn | tee "$OUT/steps_stagedrule.txt" ;;
+    stagedgraphs)
+      timeout ${CUDAGRAPHS_LIMIT_S:-500} python3 tools/step_bench.py --models mobilenetv2_100:128 --layouts channels_last \
+        --compile reduce-overhead --rounds 2 --steps 6 --plugin tools/route_experiments.py:small_depthwise_to_staged \
+        --json "$OUT/steps_stagedgraphs.json" 2>&1 | grep -v Warn | tee "$OUT/steps_stagedgraphs.txt" ;;
+    stagedsweep)
+      timeout 240 python3 tools/proto_staged.py --bench --sweep ${STAGED_SWEEP:-grid} --layers convnext-28-c192-k7,convnext-14-c384-k7,convnext-7-c768-k7 \
+        --json "$OUT/staged_sweep.json" 2>&1 | grep -v -i "warn\|leaked\|nanobind\|skipped rem" | tee "$OUT/staged_sweep.txt" ;;
+    stagedconvnext)
+      timeout 100 python3 tools/step_bench.py --models convnext_tiny:64,efficientnet_b0:128 --layouts channels_last \
+        --rounds 1 --layers --plugin tools/route_experiments.py:small_depthwise_to_staged \
+        --json "$OUT/layers_convnext_staged.json" 2>&1 | grep -v -i "warn" | tee "$OUT/layers_convnext_staged.txt" | tail -45
+      timeout ${CUDAGRAPHS_LIMIT_S:-240} python3 tools/step_bench.py --models convnext_tiny:64 --layouts channels_last \
+        --compile reduce-overhead --rounds 2 --steps 6 --plugin tools/route_experiments.py:small_depthwise_to_staged \
+        --json "$OUT/steps_convnext_graphs.json" 2>&1 | grep -v Warn | tee "$OUT/steps_convnext_graphs.txt" ;;
     stagedsteps)
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
         --plugin tools/route_experiments.py:small_depthwise_to_staged --models convnext_tiny:64,mobilenetv2_100:128 \

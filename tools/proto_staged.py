@@ -143,6 +143,25 @@ def configs_for(k):
             dict(bw=8, nw=1, depth=1, row_chunk=28, per_sm=12), dict(bw=8, nw=1, depth=1, row_chunk=7, per_sm=19)]
 
 
+#: --sweep: session 8's grid for the 7x7 layers of 28x28 and below, where the family's default tile
+#: (BW 8, 16-row units) lost to cuDNN inside ConvNeXt-T (0.5-0.86x): strips that divide the width
+#: (7, 14), shorter and longer units, fewer or more programs a SM, two warps (half the partials)
+SWEEP = [dict(bw=8, nw=1, depth=1, row_chunk=14, per_sm=19), dict(bw=7, nw=1, depth=1, row_chunk=14, per_sm=19),
+         dict(bw=14, nw=1, depth=1, row_chunk=14, per_sm=19), dict(bw=7, nw=1, depth=1, row_chunk=7, per_sm=19),
+         dict(bw=7, nw=1, depth=1, row_chunk=28, per_sm=12), dict(bw=4, nw=1, depth=1, row_chunk=14, per_sm=19),
+         dict(bw=7, nw=1, depth=1, row_chunk=14, per_sm=32), dict(bw=7, nw=1, depth=1, row_chunk=14, per_sm=8),
+         dict(bw=7, nw=2, depth=1, row_chunk=14, per_sm=19), dict(bw=14, nw=1, depth=1, row_chunk=7, per_sm=19),
+         dict(bw=7, nw=1, depth=2, row_chunk=14, per_sm=19), dict(bw=14, nw=2, depth=1, row_chunk=14, per_sm=12)]
+
+#: --sweep fewer: the first grid's lesson (fewer programs won on all three layers: per_sm 8 beat 19
+#: and 32; a whole 14-column row a thread won 14x14), pushed further
+SWEEP_FEWER = [dict(bw=14, nw=1, depth=1, row_chunk=14, per_sm=8), dict(bw=14, nw=1, depth=1, row_chunk=14, per_sm=4),
+               dict(bw=14, nw=1, depth=1, row_chunk=28, per_sm=4), dict(bw=7, nw=1, depth=1, row_chunk=28, per_sm=4),
+               dict(bw=7, nw=1, depth=1, row_chunk=14, per_sm=4), dict(bw=7, nw=1, depth=1, row_chunk=14, per_sm=2),
+               dict(bw=7, nw=1, depth=1, row_chunk=7, per_sm=4), dict(bw=14, nw=1, depth=1, row_chunk=14, per_sm=2)]
+SWEEPS = {"grid": SWEEP, "fewer": SWEEP_FEWER}
+
+
 def _operands(shape, k, pad, stride, dtype, device="cuda"):
     import torch
 
@@ -183,7 +202,7 @@ def check():
     return failures
 
 
-def bench(json_path, only=None):
+def bench(json_path, only=None, configs=configs_for):
     import torch
 
     sys.path.insert(0, os.path.dirname(__file__))
@@ -210,7 +229,7 @@ def bench(json_path, only=None):
         floor = max(moved / 4.25e12, shape[0] * shape[1] * oh * ow * k * k / 33.5e12) * 1e6
         print(f"\n{name}: cuDNN graph {base:.1f} us (floor {floor:.1f} us: bytes or CUDA-core FMAs)", flush=True)
         row = dict(layer=name, cudnn_graph_us=base, floor_us=floor, variants=[])
-        for cfg_args in configs_for(k):
+        for cfg_args in configs(k):
             cfg = plan(shape, k, pad, stride=stride, **cfg_args)
             ws = torch.full((cfg["split"], shape[1], k, k), float("nan"), device="cuda")
             try:
@@ -284,10 +303,12 @@ if __name__ == "__main__":
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--layers", help="comma-separated LAYERS names (default: all)")
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), help="bench these SWEEPS configs instead of configs_for's")
     args = parser.parse_args()
     if args.offline:
         offline()
     failed = check() if args.check else 0
     if args.bench and not failed:
-        bench(args.json, args.layers.split(",") if args.layers else None)
+        bench(args.json, args.layers.split(",") if args.layers else None,
+              configs=(lambda k: SWEEPS[args.sweep]) if args.sweep else configs_for)
     sys.exit(1 if failed else 0)

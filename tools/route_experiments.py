@@ -41,6 +41,15 @@ layers alone (session 7):
     python tools/step_bench.py --same-model --with-control --layouts channels_last \
         --models convnext_tiny:64,mobilenetv2_100:128 --plugin tools/route_experiments.py:small_depthwise_to_staged
 
+``large_depthwise_to_staged``: only the layers where the staged kernel measured faster inside the
+models, eager call and graph replay alike (session 8, with the tiled stage 2): 3x3 layers of
+>= 3e8 multiply-adds (MobileNetV2 128's 112x112 and 56x56 layers: 1.27-1.55x) and 7x7 layers of
+>= 9e8 (ConvNeXt-T 64's 56x56 layers: 1.05-1.15x); smaller ones lose to cuDNN there, or gain less
+than the patched layer's host time:
+
+    python tools/step_bench.py --same-model --with-control --layouts channels_last \
+        --models convnext_tiny:64,mobilenetv2_100:128 --plugin tools/route_experiments.py:large_depthwise_to_staged
+
 (Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
 and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
 """
@@ -92,3 +101,9 @@ small_depthwise_to_staged = RouteExperiment(
     "small_depthwise_to_staged", "wgrad_staged", "2-D depthwise up to 9x9, stride <= 2, undilated, channels_last",
     lambda p: p.layout == "channels_last" and max(p.filter_size) <= 9 and max(p.stride) <= 2
     and all(d == 1 for d in p.dilation))
+#: Multiply-adds from which the staged kernel beat cuDNN inside the models, by filter side (session 8)
+STAGED_FROM_MACS = {3: 300_000_000, 7: 900_000_000}
+large_depthwise_to_staged = RouteExperiment(
+    "large_depthwise_to_staged", "wgrad_staged", "3x3 depthwise of >= 3e8 and 7x7 of >= 9e8 multiply-adds",
+    lambda p: p.layout == "channels_last" and p.filter_size[0] == p.filter_size[1] in STAGED_FROM_MACS
+    and p.flops // 2 >= STAGED_FROM_MACS[p.filter_size[0]] and max(p.stride) <= 2 and all(d == 1 for d in p.dilation))

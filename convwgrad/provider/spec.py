@@ -27,12 +27,18 @@ MIN_DOT_BLOCK = 16
 BLOCK_DIMS = ("block_m", "block_n", "block_k")
 
 
-def block_size_reasons(tile: "Tile", max_blocks: tuple[int, int, int], min_block: int = MIN_DOT_BLOCK) -> list[str]:
-    """Why ``tile``'s (block_m, block_n, block_k) fall outside ``[min_block, max_blocks]``; []
-    when inside. Every tiled family checks its own bounds here: a pinned or tuned tile past the
-    sizes its kernel is built for must be refused with a reason, not fail at launch."""
+def block_size_reasons(tile: "Tile", max_blocks: tuple[int, int, int], min_block: int = MIN_DOT_BLOCK, *,
+                       powers_of_two: bool = True) -> list[str]:
+    """Why ``tile``'s (block_m, block_n, block_k) fall outside ``[min_block, max_blocks]``, or are
+    not powers of two where the family's kernel needs them so (``tl.arange`` blocks); [] when
+    inside. Every tiled family checks its own bounds here: a pinned or tuned tile past the sizes
+    its kernel is built for must be refused with a reason, not fail at launch."""
     sizes = [(name, getattr(tile, name)) for name in BLOCK_DIMS]
     reasons = []
+    if powers_of_two:
+        odd = [f"{name}={size}" for name, size in sizes if size & (size - 1)]
+        if odd:
+            reasons.append(f"the family's blocks are tl.arange ranges, powers of two: {', '.join(odd)}")
     small = [f"{name}={size}" for name, size in sizes if size < min_block]
     if small:
         reasons.append(f"tl.dot needs tile dims >= {min_block}: {', '.join(small)}")
@@ -48,11 +54,13 @@ def _power_of_two(instance, attribute, value):
 
 @attrs.frozen(kw_only=True, cache_hash=True)
 class Tile:
-    """The block shape of a Triton implicit-GEMM kernel and its launch options."""
+    """The block shape of a Triton kernel and its launch options. block_n and block_k may be any
+    positive int: the families whose kernels take them as ``tl.arange`` ranges refuse other than
+    powers of two (:func:`block_size_reasons`); the staged family unrolls them (a 14-column strip)."""
 
     block_m: int = field(validator=_power_of_two)  # rows of dW (output channels in a group)
-    block_n: int = field(validator=_power_of_two)  # columns of dW (filter taps x input channels)
-    block_k: int = field(validator=_power_of_two)  # reduction step over N*Do*Ho*Wo
+    block_n: int = field(validator=_positive_int)  # columns of dW (filter taps x input channels)
+    block_k: int = field(validator=_positive_int)  # reduction step over N*Do*Ho*Wo
     num_warps: int = field(default=4, validator=_power_of_two)
     num_stages: int = field(default=2, validator=_positive_int)
 

@@ -91,10 +91,11 @@ def test_kernel_name_parts():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(block_m=24, block_n=16, block_k=16), r"block_m must be a power of two, got 24"),
-    (dict(block_m=16, block_n=0, block_k=16), r"block_n must be a power of two, got 0"),
+    (dict(block_m=16, block_n=0, block_k=16), r"block_n must be a positive int, got 0"),
+    (dict(block_m=16, block_n=16, block_k=-2), r"block_k must be a positive int, got -2"),
     (dict(block_m=16, block_n=16, block_k=16, num_warps=3), r"num_warps must be a power of two, got 3"),
     (dict(block_m=16, block_n=16, block_k=16, num_stages=0), r"num_stages must be a positive int, got 0"),
-], ids=["block_m", "block_n", "num_warps", "num_stages"])
+], ids=["block_m", "block_n", "block_k", "num_warps", "num_stages"])
 def test_tile_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Tile(**kwargs)
@@ -247,6 +248,17 @@ def test_a_tile_pinned_on_a_family_without_tiles_is_refused_not_dropped(family):
     problem = attrs.evolve(MBV2, layout="contiguous")
     with pytest.raises(NoCandidateError, match="aten takes no tile"):
         plan(problem, "sm_90", family=family, tile=Tile(block_m=16, block_n=16, block_k=16))
+
+
+@pytest.mark.parametrize("family, problem", [
+    ("wgrad_splitk", MBV2), ("wgrad_merged", MBV2), ("wgrad_direct", MBV2),
+    ("wgrad_shifted", attrs.evolve(MBV2, filter_size=(13, 13), padding=((6, 6), (6, 6)))),
+])
+def test_a_tile_not_of_powers_of_two_is_refused_by_arange_families(family, problem):
+    """Tile takes any positive block_n / block_k (the staged family unrolls 14-column strips); the
+    families whose kernels make tl.arange ranges of them refuse other sizes by name."""
+    with pytest.raises(NoCandidateError, match=r"powers of two: block_n=14"):
+        plan(problem, "sm_90", family=family, tile=Tile(block_m=16, block_n=14, block_k=16))
 
 
 @pytest.mark.parametrize("pins, error, match", [

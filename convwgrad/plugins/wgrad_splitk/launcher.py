@@ -19,7 +19,7 @@ def tiles(problem: ConvProblem, spec: KernelSpec) -> tuple[int, int]:
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
-    """Stage 1: (groups * split_k, tiles over N_gemm, tiles over M); stage 2, if any: dW / REDUCE_BLOCK."""
+    """Stage 1: (groups * split_k, tiles over N_gemm, tiles over M); stage 2, if any: shared.reduce_grid."""
     tiles_m, tiles_n = tiles(problem, spec)
     stage1 = (problem.groups * spec.split_k, tiles_n, tiles_m)
     if not spec.two_stage:

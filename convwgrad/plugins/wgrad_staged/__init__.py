@@ -4,9 +4,11 @@ shared memory by asynchronous copies (Gluon).
 Registration layer; the kernel is in :mod:`.kernels`, the gate, work units, grids and split policy
 in :mod:`.launcher`. Built for the 3x3-9x9 depthwise layers of MobileNet/EfficientNet/ConvNeXt in
 channels_last, where cuDNN runs 6-12x above the floor. Opt-in (``selectors.routing.OPT_IN_FAMILIES``):
-its kernel was measured faster than cuDNN on two layers only (H200, session 7, as
-tools/proto_staged.py: ConvNeXt 56x56 C96 7x7 N=64 1.21x, MobileNetV2 56x56 C144 3x3 N=32 1.77x in
-kernel time), not yet inside models, so the router gives it nothing; pin it with
+its kernel is faster than cuDNN on most of those layers in kernel time (H200, sessions 7-8: inside
+MobileNetV2 N=128 every depthwise layer, 1.2-2.5x; alone, ConvNeXt-T's 7x7 layers 1.17-1.53x but
+its 7x7-pixel one), and MobileNetV2 compiled with CUDA graphs trains 1.023x faster with it; but an
+eager patched layer's host time (~100 us in autograd's engine thread) outweighs the saving in the
+host-bound eager steps measured (0.88-0.98x), so the router gives it nothing; pin it with
 ``plan(problem, family="wgrad_staged")``. Its copies are NVIDIA's cp.async (sm_80+) or CDNA4's
 global -> LDS loads (gfx950: compiled on the CPU with Triton 3.9, never run on hardware); it refuses
 other targets and the interpreter (Gluon has none) with that reason.
@@ -25,21 +27,14 @@ from . import launcher
 FAMILY = "wgrad_staged"
 #: Below the direct family (5); opt-in besides.
 PRIORITY = 4
-#: The default tile, as measured best on the H200 (session 7, tools/proto_staged.py, two layers):
-#: one warp (32 channels), 8 output columns a thread, 16-row work units (14 measured; tiles are
-#: powers of two), copies one step ahead for filters of 5 rows or more (7x7: 9 KB of rings, every
-#: program resident) and two steps ahead for 3x3 (23.9 against 25.6 us on MobileNetV2's layer).
+#: One warp (32 channels) a program; the rest of the default tile is launcher.default_tile_shape's.
 DEFAULT_WARPS = 1
-DEFAULT_COLUMNS = 8
-DEFAULT_ROWS = 16
-DEEP_COPIES_BELOW_ROWS = 5
 
 
 def tile_for(problem, target) -> Tile:
     """One warp of one channel a thread (64 channels on gfx950's wave64: not measured there)."""
-    stages = 3 if problem.filter_size[0] < DEEP_COPIES_BELOW_ROWS else 2
-    return Tile(block_m=target.warp_size * DEFAULT_WARPS, block_n=DEFAULT_COLUMNS, block_k=DEFAULT_ROWS,
-                num_warps=DEFAULT_WARPS, num_stages=stages)
+    return Tile(block_m=target.warp_size * DEFAULT_WARPS, num_warps=DEFAULT_WARPS,
+                **launcher.default_tile_shape(problem))
 
 
 def candidate_specs(problem, target, group_merge=None) -> list[KernelSpec]:
@@ -52,7 +47,7 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
     if reasons:  # the grids and units of a spec the gate refuses mean nothing
         return reasons
     return tiled_kernel_reasons(problem, spec, target, launcher.grids, launcher.MAX_BLOCKS,
-                                launcher.reduction_steps, min_block=1)
+                                launcher.reduction_steps, min_block=1, powers_of_two=False)
 
 
 class StagedFamilyPlugin(FamilyPlugin):

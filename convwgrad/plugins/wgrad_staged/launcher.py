@@ -155,16 +155,53 @@ def reduction_steps(problem: ConvProblem, spec: KernelSpec) -> int:
     return units(problem, spec)[2]
 
 
-#: Programs a SM the split policy aims for: measured best on the H200 (session 7,
-#: tools/proto_staged.py) with one-warp programs and 14-row chunks on ConvNeXt's 56x56 7x7 layer
-#: (~18 programs a SM, 9 KB of rings each: every program resident at once).
-TARGET_PROGRAMS_PER_CU = 19
+#: The default tiles (as measured best on the H200, tools/proto_staged.py, graph replay beside
+#: cuDNN in one process; notes/PERF.md "Session 8"). SMALL_FILTER_TILE (session 7), 3x3 and fp32: 8
+#: output columns a thread, 16-row units, copies two steps ahead for 3x3 (MobileNetV2 56x56 C144
+#: N=32: 24.2 us, 1.72x cuDNN; 14 columns lost there, 32.2 us). WIDE_STRIP_TILE (session 8,
+#: ``--sweep grid`` then ``--sweep fewer``), 16-bit 5x5 and up: 14 columns a thread (ConvNeXt-T's
+#: 56/28/14 widths are multiples of 14; a wider strip reads less halo a column), 14-row units, one
+#: step ahead: ConvNeXt-T N=64 7x7 56x56 C96 83.9 us (1.53x cuDNN; the session-7 tile 108.6), 28x28
+#: C192 48.0 (1.17x; 70.9), 14x14 C384 33.2 (1.35x; 54.7), 7x7 C768 32.8 (0.94x; 46.7);
+#: EfficientNet-B0 N=32 5x5 28x28 C240 25.8 (1.15x), 14x14 C672 18.6 (1.64x). fp32 stays on the
+#: narrow strip: 14 columns of fp32 7x7 need 150 registers (sm_90), over the 128 of 2 programs a SM.
+SMALL_FILTER_TILE = dict(block_n=8, block_k=16, num_stages=3)
+WIDE_STRIP_TILE = dict(block_n=14, block_k=14, num_stages=2)
+WIDE_STRIP_FROM_ROWS = 5
+
+
+def default_tile_shape(problem: ConvProblem) -> dict:
+    """block_n, block_k and num_stages of the default tile (see WIDE_STRIP_TILE)."""
+    fy = problem.filter_size[0]
+    if fy >= WIDE_STRIP_FROM_ROWS and problem.element_size <= 2:
+        return WIDE_STRIP_TILE
+    return {**SMALL_FILTER_TILE, "num_stages": 3 if fy < WIDE_STRIP_FROM_ROWS else 2}
+
+
+#: Programs a SM the split policy aims for (one-warp programs), measured best on the H200
+#: (tools/proto_staged.py, notes/PERF.md "Session 8"). With wide strips, by filter rows: fewer,
+#: longer programs won as filters grow, each paying a pipeline start, its strips' halo and a
+#: 32 x FY x FX fp32 partial for stage 2: 5x5 8 (EfficientNet-B0 28x28 C240: 25.8 us against 30.8
+#: at 4); 7x7 and up 4 (ConvNeXt-T 28x28 C192: 48.0 us against 56.8 at 8; 14x14 C384: 33.2 / 38.7;
+#: 2 a SM lost on every layer). Narrow strips: 19 (session 7, ConvNeXt 56x56 7x7 and MobileNetV2
+#: 56x56 3x3, ~18 programs a SM resident; 4 a SM took 46 us against 24 on the 3x3 layer).
+WIDE_STRIP_PROGRAMS_PER_CU = ((7, 4), (5, 8))
+NARROW_STRIP_PROGRAMS_PER_CU = 19
+
+
+def programs_per_cu(problem: ConvProblem, spec: KernelSpec) -> int:
+    if spec.tile.block_n >= WIDE_STRIP_TILE["block_n"]:
+        rows = problem.filter_size[0]
+        for from_rows, count in WIDE_STRIP_PROGRAMS_PER_CU:
+            if rows >= from_rows:
+                return count
+    return NARROW_STRIP_PROGRAMS_PER_CU
 
 
 def choose_split_k(problem: ConvProblem, spec: KernelSpec, target, base_programs: int, max_split_k: int) -> int:
-    """Fill TARGET_PROGRAMS_PER_CU programs a compute unit (one wave), the units dealt out evenly:
-    the split is the number of runs of ceil(units / wanted) units, so no split is left empty."""
-    wanted = cdiv(TARGET_PROGRAMS_PER_CU * target.compute_units, max(1, base_programs))
+    """Fill programs_per_cu programs a compute unit (one wave), the units dealt out evenly: the
+    split is the number of runs of ceil(units / wanted) units, so no split is left empty."""
+    wanted = cdiv(programs_per_cu(problem, spec) * target.compute_units, max(1, base_programs))
     total = units(problem, spec)[2]
     split = cdiv(total, cdiv(total, max(1, min(wanted, max_split_k))))
     return max(1, min(split, max_split_k))

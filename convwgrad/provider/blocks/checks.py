@@ -29,9 +29,10 @@ def allows_tf32(problem, target) -> bool:
 
 
 def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_steps=None, *,
-                         min_block: int = MIN_BLOCK) -> list[str]:
+                         min_block: int = MIN_BLOCK, powers_of_two: bool = True) -> list[str]:
     """Refusals every tiled Triton family shares: target, dtype, tile, split-K, TF32, index width,
-    grid limits. ``grids(problem, spec)`` gives the family's launch grids, ``max_blocks`` its
+    grid limits. Blocks must be powers of two unless ``powers_of_two`` is False (a family that
+    unrolls them rather than taking them as ``tl.arange`` ranges). ``grids(problem, spec)`` gives the family's launch grids, ``max_blocks`` its
     largest (block_m, block_n, block_k), ``min_block`` its smallest (tl.dot's 16 unless the
     family has no tl.dot). ``reduction_steps(problem, spec)``, if given, counts the steps a split
     divides, for a family whose reduction is not K_gemm in block_k steps."""
@@ -42,7 +43,7 @@ def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_ste
         reasons.append(f"spec dtype {spec.dtype} != problem dtype {problem.dtype}")
     if spec.tile is None:
         return reasons + ["needs a tile"]
-    block_sizes = block_size_reasons(spec.tile, max_blocks, min_block)
+    block_sizes = block_size_reasons(spec.tile, max_blocks, min_block, powers_of_two=powers_of_two)
     reasons += block_sizes
     if reduction_steps is None:
         blocks = k_blocks(problem, spec)

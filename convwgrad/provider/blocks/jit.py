@@ -9,7 +9,7 @@ reduction index ``k = ((n*OD + od)*OH + oh)*OW + ow``.
 - :func:`_accumulate_tile`: one program's fp32 tile of dY x im2col(X) over its slice of
   K_gemm, in a fixed order, with the two-level accumulation that bounds the matrix units'
   truncation bias.
-- :func:`_splitk_reduce_kernel`: stage 2, the ordered sum of the fp32 partials of a
+- :func:`_splitk_reduce_kernel`: stage 2, the sum in a fixed order of the fp32 partials of a
   (split, K, N_gemm) workspace into dW. No atomics: runs are bitwise reproducible.
 
 Triton resolves a jit function's callees by name in the caller's module globals, so a
@@ -102,18 +102,26 @@ def _splitk_reduce_kernel(
     SPLIT_K,
     stride_ok, stride_oc, stride_oz, stride_oy, stride_ox,
     BLOCK: tl.constexpr,  # elements of dW per program
+    SPLIT_BLOCK: tl.constexpr,  # splits one step loads (a [SPLIT_BLOCK, BLOCK] tile)
     IS_WIDE_INDEX: tl.constexpr,  # 64-bit offsets for workspaces of 2**31 elements or more
 ):
+    # A [SPLIT_BLOCK, BLOCK] tile a step keeps many independent loads in flight: a program looping
+    # over splits one row at a time is latency-bound (~0.12 us a split on the H200, 72 us for 598
+    # splits of a 4704-element dW). Rows are added elementwise in split order, then one fixed tree
+    # over SPLIT_BLOCK: the same partials give the same bits on every run.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    rows = tl.arange(0, SPLIT_BLOCK)
     if IS_WIDE_INDEX:
         offs = offs.to(tl.int64)
+        rows = rows.to(tl.int64)
     mask = offs < TOTAL
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    partials = WS + offs  # stepping the pointer keeps split * TOTAL out of 32-bit arithmetic
-    for _ in range(0, SPLIT_K):  # fixed order: deterministic sums
-        acc += tl.load(partials, mask=mask, other=0.0)
-        partials += TOTAL
+    acc = tl.zeros((SPLIT_BLOCK, BLOCK), dtype=tl.float32)
+    for first in range(0, SPLIT_K, SPLIT_BLOCK):
+        split = first + rows
+        acc += tl.load(WS + split[:, None] * TOTAL + offs[None, :], mask=(split < SPLIT_K)[:, None] & mask[None, :],
+                       other=0.0)
+    total = tl.sum(acc, axis=0)
     row = offs // GEMM_N
     chan_c, tap_z, tap_y, tap_x = _split_taps(offs % GEMM_N, FZ, FY, FX)
     out_off = row * stride_ok + chan_c * stride_oc + tap_z * stride_oz + tap_y * stride_oy + tap_x * stride_ox
-    tl.store(OUT + out_off, acc.to(OUT.dtype.element_ty), mask=mask)
+    tl.store(OUT + out_off, total.to(OUT.dtype.element_ty), mask=mask)

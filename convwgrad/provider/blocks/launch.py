@@ -25,10 +25,17 @@ try:
 except ImportError:  # Triton before 3.4: no direct launch
     _triton_knobs = None
 
-#: dW elements per stage-2 program. The reduction is a pure stream over
-#: split_k * |dW| fp32 values; 1024 elements (4 per thread at 8 warps) keeps
-#: loads 16 bytes wide. Not tuned: stage 2 is a few percent of stage 1.
+#: Stage 2 is a stream over split_k * |dW| fp32 partials. Largest dW elements a program (4 a
+#: thread at 8 warps: 16-byte loads) ...
 REDUCE_BLOCK = 1024
+#: ... halved down to REDUCE_MIN_BLOCK (one 128-byte line a split row) until the grid has
+#: REDUCE_PROGRAMS programs (~2 a SM of a 132-SM H200): a depthwise 7x7 dW of 96 channels is
+#: 4704 elements, 5 programs of 1024, and a 598-way split then took 72 us (session 8, in ConvNeXt-T).
+REDUCE_MIN_BLOCK = 32
+REDUCE_PROGRAMS = 256
+#: Partials a program loads a step ([splits, elements]): 16 a thread at 8 warps, four 16-byte
+#: loads in flight a thread.
+REDUCE_TILE = 4096
 REDUCE_WARPS = 8
 #: BLOCK_K steps the matrix units accumulate before the sum is promoted into a
 #: separate fp32 accumulator. At ~2**-23 truncation bias per step (seen on H200:
@@ -55,9 +62,22 @@ def k_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
     return cdiv(k_blocks(problem, spec), spec.split_k) * spec.tile.block_k
 
 
+def reduce_block(problem: ConvProblem) -> int:
+    """dW elements a stage-2 program sums (see REDUCE_PROGRAMS)."""
+    total, block = math.prod(problem.weight_size), REDUCE_BLOCK
+    while block > REDUCE_MIN_BLOCK and cdiv(total, block) < REDUCE_PROGRAMS:
+        block //= 2
+    return block
+
+
+def reduce_split_block(problem: ConvProblem, split_k: int) -> int:
+    """Splits a stage-2 program loads a step: REDUCE_TILE partials, no more rows than splits."""
+    return max(1, min(REDUCE_TILE // reduce_block(problem), 1 << (max(1, split_k) - 1).bit_length()))
+
+
 def reduce_grid(problem: ConvProblem) -> tuple[int, int, int]:
-    """Stage 2's grid: dW / REDUCE_BLOCK programs."""
-    return (cdiv(math.prod(problem.weight_size), REDUCE_BLOCK), 1, 1)
+    """Stage 2's grid: dW / reduce_block programs."""
+    return (cdiv(math.prod(problem.weight_size), reduce_block(problem)), 1, 1)
 
 
 def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
@@ -123,7 +143,8 @@ def stage2_args(problem: ConvProblem, spec: KernelSpec, workspace, out) -> list[
         ("GEMM_N", problem.gemm_n),
         ("SPLIT_K", spec.split_k),
         *zip(("stride_ok", "stride_oc", "stride_oz", "stride_oy", "stride_ox"), _strides5(out)),
-        ("BLOCK", Constexpr(REDUCE_BLOCK)),
+        ("BLOCK", Constexpr(reduce_block(problem))),
+        ("SPLIT_BLOCK", Constexpr(reduce_split_block(problem, spec.split_k))),
         ("IS_WIDE_INDEX", Constexpr(spec.wide_index)),
     ]
 
