@@ -374,10 +374,10 @@ def cmd_score(args) -> int:
 
 def cmd_explain(args) -> int:
     from .provider.plan import explain
-    from .provider.target import resolve_target
+    from .provider.target import launched, resolve_target
 
     problems = _problems(args)
-    target = resolve_target(args.target)  # before any output: an unknown target is the whole error
+    target = launched(resolve_target(args.target), args.launch)  # before any output: a bad target is the whole error
     for label, problem in problems:
         explanation = explain(problem, target, **_pins(args))  # a refused pin is an error, not a header
         print(f"== {label}")
@@ -478,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="every candidate with its verdict, and the choice")
     _add_problem_args(explain, demo=False)
     explain.add_argument("--target", default=None, help="sm_90, gfx950, ... (default: this machine)")
+    explain.add_argument("--launch", choices=("eager", "graph"), default="eager",
+                         help="how the kernels are launched: eager calls (default), or replayed from CUDA graphs "
+                              "(torch.compile mode='reduce-overhead', torch.cuda.graph), where only kernel time counts")
     _add_pin_args(explain)
     explain.set_defaults(func=cmd_explain)
 

@@ -106,7 +106,7 @@ def measure(calls):
         try:  # the prepared call's launch alone (this version's warm path has one)
             from convwgrad.provider.dispatch import _prepare_conv_weight
 
-            prepared = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
+            prepared, _ = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
             ways["bound"] = lambda: prepared.run(x, dy, None, None if not prepared.workspace_nbytes else
                                                  torch.empty(prepared.workspace_nbytes, dtype=torch.uint8,
                                                              device="cuda"))
@@ -120,7 +120,7 @@ def measure(calls):
 
             supported, launcher.direct_launch_supported = launcher.direct_launch_supported, lambda: False
             try:
-                jit_prepared = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
+                jit_prepared, _ = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
             finally:
                 launcher.direct_launch_supported = supported
             ways["bound_jit"] = lambda: jit_prepared.run(

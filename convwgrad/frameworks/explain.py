@@ -8,7 +8,7 @@ from torch import nn
 
 from convwgrad.provider.plan import Plan, plan
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.target import current_target
+from convwgrad.provider.target import current_target, launched
 
 from .patching import _NOT_A_PROBLEM, _autocast, _ints, _layer_problem, _resolve_padding
 
@@ -46,10 +46,11 @@ def _named_problem(name, module, input) -> ConvProblem:
         raise ValueError(f"{name or type(module).__name__}: {exc}") from exc
 
 
-def layer_plans(model: nn.Module, *inputs, **kwargs) -> list[tuple[str, Plan]]:
+def layer_plans(model: nn.Module, *inputs, launch: str = "eager", **kwargs) -> list[tuple[str, Plan]]:
     """Run ``model(*inputs, **kwargs)`` once without gradients; return (module name, plan of its
     weight gradient) for every grouped convolution that ran, in call order. Autocast, if on
-    around the call, is taken into account."""
+    around the call, is taken into account. ``launch="graph"``: the plans of a step replayed from
+    CUDA graphs (``torch.compile(mode="reduce-overhead")``), where the router weighs kernel time only."""
     seen: list[tuple[str, ConvProblem]] = []
     hooks = []
     for name, module in model.named_modules():
@@ -64,14 +65,14 @@ def layer_plans(model: nn.Module, *inputs, **kwargs) -> list[tuple[str, Plan]]:
         for hook in hooks:
             hook.remove()
     device = inputs[0].device if inputs and isinstance(inputs[0], torch.Tensor) else None
-    target = current_target(device)
+    target = launched(current_target(device), launch)
     return [(name or type(model).__name__, plan(problem, target)) for name, problem in seen]
 
 
-def explain_model(model: nn.Module, *inputs, **kwargs) -> str:
+def explain_model(model: nn.Module, *inputs, launch: str = "eager", **kwargs) -> str:
     """:func:`layer_plans` as text: each grouped convolution, its problem, its kernel and the
     rule that chose it (an aten plan means the patched layer runs stock torch)."""
-    plans = layer_plans(model, *inputs, **kwargs)
+    plans = layer_plans(model, *inputs, launch=launch, **kwargs)
     if not plans:
         return "no grouped convolution ran"
     return "\n".join(f"{name}: {p.problem.describe()}\n    -> {p.kernel_name}  [{p.rule}]" for name, p in plans)

@@ -20,12 +20,13 @@ import threading
 import attrs
 import torch
 
+from .diagnostics import warn_at_caller
 from .layout import layout_of, to_layout
 from .manager import get_plugin_manager
 from .plan import PLANNING_ENVIRONMENT, Plan, plan as make_plan, planning_epoch
 from .problem import ConvProblem, dtype_name
 from .reference import torch_weight_grad
-from .target import current_target
+from .target import current_target, launched
 
 # ----------------------------------------------------------------- on / off
 #: CONVWGRAD_DISABLE=1 in the environment starts every thread with convwgrad off.
@@ -274,6 +275,54 @@ def _tensor_key(tensor):
     return tensor.shape, tensor.stride(), tensor.dtype, tensor.device
 
 
+# ----------------------------------------------------------------- graph launches
+#: torch's own query behind ``torch.cuda.is_current_stream_capturing()`` (~0.2 us; the public one
+#: adds a Python frame and an availability check); absent from builds without CUDA.
+_cuda_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
+def _capturing(device) -> bool:
+    """Whether a call on ``device`` is being recorded into a CUDA graph (the current stream captures)."""
+    return device.type == "cuda" and _cuda_capturing is not None and _cuda_capturing()
+
+
+#: Backends whose calls can be recorded into CUDA graphs (HIP graphs are not measured yet).
+GRAPH_BACKENDS = ("cuda",)
+
+
+def _graph_key(key):
+    return ("graph launch", key)
+
+
+def _warm_graph_route(problem, plan, input, grad_output, out, adapt):
+    """The prepared call of ``plan`` replanned for kernels launched from CUDA graphs, where that
+    plan differs, run once now, or None.
+
+    A call recorded into a CUDA graph costs only its kernel time when replayed, so the router may
+    choose another family there (target.launch == "graph"). Its kernels must be compiled and loaded
+    before any capture: loading a module (cuModuleLoadData) while the stream captures invalidates
+    the capture. So the graph route of a call signature is bound and run once here, outside
+    capture, on the call's own operands into a scratch dW (torch.compile's CUDA-graph warm-up runs
+    every call eagerly first); a capture then finds it ready. A signature first seen inside a
+    capture keeps the eager plan. The run is one extra dW per signature, once."""
+    if plan.target.backend not in GRAPH_BACKENDS or plan.target.launch == "graph":
+        return None
+    graph_plan = make_plan(problem, launched(plan.target, "graph"))
+    if graph_plan.spec == plan.spec or not _aligned(input, grad_output, out):
+        return None  # the same kernels; or operands a capture would rarely see aligned otherwise
+    try:
+        prepared = _bind(problem, graph_plan, input, grad_output, out, adapt)
+        workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device=input.device)
+                     if prepared.workspace_nbytes else None)
+        # prepared.run, not the call: the warm-up is no launch of the caller's, so it is not recorded
+        prepared.run(input, grad_output, None if out is None else torch.empty_like(out), workspace)
+    except Exception as exc:  # the eager call stands; a capture then keeps the eager plan too
+        warn_at_caller(f"convwgrad: the CUDA-graph route of {problem.describe()} ({graph_plan.kernel_name}) could "
+                       f"not be prepared, so captures of it keep {plan.kernel_name}: {type(exc).__name__}: {exc}")
+        return None
+    return prepared
+
+
 # ----------------------------------------------------------------- checks
 def _check_tensor(name, tensor, shape, dtype, device):
     if not isinstance(tensor, torch.Tensor):
@@ -328,13 +377,13 @@ def dispatch_conv_grouped(
     try:
         key = (problem, plan, _tensor_key(input), _tensor_key(grad_output),
                None if out is None else _tensor_key(out))
-        prepared = _prepared.get(key)
+        prepared = _lookup(key, plan is None and _capturing(input.device), input, grad_output, out)
     except (AttributeError, TypeError):  # not tensors, or not hashable: the checks below say which
         key = prepared = None
     if prepared is None:
-        prepared = _prepare_dispatch(problem, input, grad_output, plan, out)
+        prepared, graph_route = _prepare_dispatch(problem, input, grad_output, plan, out)
         if key is not None:
-            _prepared.keep(key, prepared)
+            _keep(key, prepared, graph_route)
     if workspace is not None:
         if prepared.workspace_nbytes:
             _check_workspace(workspace, prepared.workspace_nbytes, input.device)
@@ -343,17 +392,48 @@ def dispatch_conv_grouped(
     return prepared(input, grad_output, out, workspace)
 
 
-def _prepare_dispatch(problem, input, grad_output, plan, out) -> _PreparedCall:
+def _aligned(*tensors) -> bool:
+    """Every data pointer 16-byte aligned: what Triton specialises its kernels on."""
+    pointers = 0
+    for tensor in tensors:
+        if tensor is not None:
+            pointers |= tensor.data_ptr()
+    return not pointers & 15
+
+
+def _lookup(key, capturing: bool, *tensors):
+    """The prepared call kept for ``key``; while a CUDA graph captures, its graph route if one was
+    warmed (:func:`_warm_graph_route`) and ``tensors`` are aligned as the warm-up's were (another
+    alignment is another Triton specialisation: a compile and a module load inside the capture)."""
+    if capturing and _aligned(*tensors):
+        graph_route = _prepared.get(_graph_key(key))
+        if graph_route is not None:
+            return graph_route
+    return _prepared.get(key)
+
+
+def _keep(key, prepared: _PreparedCall, graph_route: _PreparedCall | None) -> None:
+    _prepared.keep(key, prepared)
+    if graph_route is not None:
+        _prepared.keep(_graph_key(key), graph_route)
+
+
+def _prepare_dispatch(problem, input, grad_output, plan, out):
+    """(the prepared call, its warmed graph route or None)."""
     _check_tensor("input", input, problem.input_shape, problem.dtype, None)
     _check_tensor("grad_output", grad_output, problem.grad_output_shape, problem.dtype, input.device)
     if out is not None:
         _check_tensor("out", out, problem.weight_size, problem.dtype, input.device)
         _check_no_self_overlap("out", out)
-    if plan is None:
-        plan = make_plan(problem, current_target(input.device))
-    elif plan.problem != problem:
-        raise ValueError(f"plan is for {plan.problem.describe()}, not {problem.describe()}")
-    return _bind(problem, plan, input, grad_output, out)
+    if plan is not None:  # the caller's plan, whatever the launch
+        if plan.problem != problem:
+            raise ValueError(f"plan is for {plan.problem.describe()}, not {problem.describe()}")
+        return _bind(problem, plan, input, grad_output, out), None
+    plan = make_plan(problem, current_target(input.device))
+    prepared = _bind(problem, plan, input, grad_output, out)
+    if _capturing(input.device):
+        return prepared, None  # first seen inside a capture: a graph route could not be loaded now
+    return prepared, _warm_graph_route(problem, plan, input, grad_output, out, None)
 
 
 # ----------------------------------------------------------------- the torch-like API
@@ -379,12 +459,12 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
         key = None
     if key is not None and None in key:  # an argument that is not exact ints: validated every call
         key = None
-    prepared = None if key is None else _prepared.get(key)
+    prepared = None if key is None else _lookup(key, _capturing(key[0][3]), input, grad_output)
     if prepared is None:
-        prepared = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
-                                        match_layouts)
+        prepared, graph_route = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation,
+                                                     groups, match_layouts)
         if key is not None:
-            _prepared.keep(key, prepared)
+            _keep(key, prepared, graph_route)
     return prepared(input, grad_output)
 
 
@@ -393,8 +473,8 @@ def _record_torch_route() -> None:
         _record("aten", "aten", TORCH_KERNELS)
 
 
-def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
-                         match_layouts) -> _PreparedCall:
+def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups, match_layouts):
+    """(the prepared call, its warmed graph route or None)."""
     for name, tensor in (("input", input), ("grad_output", grad_output)):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
@@ -403,7 +483,7 @@ def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilat
         def run(x, dy, out, workspace):  # contiguous as promised: torch's is channels_last for a grouped CL input
             return torch_weight_grad(x, weight_size, dy, stride, padding, dilation, groups).contiguous()
 
-        return _PreparedCall(run, TORCH_KERNELS, "aten", "aten")
+        return _PreparedCall(run, TORCH_KERNELS, "aten", "aten"), None
     adapt = None
     if match_layouts:
         layout = layout_of(input)
@@ -419,9 +499,12 @@ def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilat
     problem = ConvProblem.from_tensors(input, weight_size, grad_output, stride, padding, dilation, groups)
     if input.device.type == "meta":  # shapes only, as the custom op's fake kernel
         return _PreparedCall(lambda x, dy, out, workspace: x.new_empty(problem.weight_size), (), "meta", "meta",
-                             problem=problem)
+                             problem=problem), None
     plan = make_plan(problem, current_target(input.device))
-    return _bind(problem, plan, input, grad_output, None, adapt)
+    prepared = _bind(problem, plan, input, grad_output, None, adapt)
+    if _capturing(input.device):
+        return prepared, None  # first seen inside a capture: a graph route could not be loaded now
+    return prepared, _warm_graph_route(problem, plan, input, grad_output, None, adapt)
 
 
 def _conv_nd_weight(rank: int):

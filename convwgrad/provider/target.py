@@ -22,6 +22,15 @@ BACKENDS = ("cuda", "hip", "interpreter", "cpu")
 #: the same y/z limit and a wider x; we keep CUDA's so one plan fits both.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
+#: How a plan's kernels are launched, which decides what a router may weigh. "eager": each call
+#: launches from the host, inside autograd's engine thread in a backward, so the host time a
+#: patched layer adds is part of what the layer costs (and, in the host-bound eager steps measured
+#: on the H200 machine, all of it). "graph": the launches are replayed from a CUDA graph
+#: (``torch.compile(mode="reduce-overhead")``, ``torch.cuda.graph``), so only kernel time counts.
+#: The dispatcher plans a call for "graph" when the current stream is capturing (see
+#: :func:`convwgrad.provider.dispatch.conv_weight`).
+LAUNCHES = ("eager", "graph")
+
 
 @attrs.frozen(kw_only=True, cache_hash=True)
 class TargetInfo:
@@ -37,6 +46,8 @@ class TargetInfo:
     max_grid: tuple[int, int, int] = GRID_LIMITS
     has_matrix_units: bool = True
     device_name: str = ""
+    #: one of :data:`LAUNCHES`
+    launch: str = field(default="eager", validator=in_(LAUNCHES))
 
     @property
     def runs_triton(self) -> bool:
@@ -45,7 +56,8 @@ class TargetInfo:
     def __str__(self) -> str:
         extra = f", {self.l2_domains} L2 domains" if self.l2_domains > 1 else ""
         dev = f" ({self.device_name})" if self.device_name else ""
-        return f"{self.name}{dev}: {self.backend}, {self.compute_units} CUs{extra}, warp {self.warp_size}"
+        launch = ", launched from CUDA graphs" if self.launch == "graph" else ""
+        return f"{self.name}{dev}: {self.backend}, {self.compute_units} CUs{extra}, warp {self.warp_size}{launch}"
 
 
 #: Offline profiles. sm_90: H100/H200 SXM, 132 SMs. gfx950: MI350-class,
@@ -72,6 +84,14 @@ def profile(name: str) -> TargetInfo:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown target profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def launched(target: TargetInfo, launch: str) -> TargetInfo:
+    """``target`` with its kernels launched as ``launch`` (one of :data:`LAUNCHES`)."""
+    if launch not in LAUNCHES:
+        raise ValueError(f"launch={launch!r}: one of {', '.join(LAUNCHES)}")
+    return target if target.launch == launch else attrs.evolve(target, launch=launch)
 
 
 def interpreter_enabled() -> bool:

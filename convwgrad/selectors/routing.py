@@ -33,7 +33,9 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class; the aten channels_last
 #: family (NCHW operands copied for cuDNN's channels_last kernels) faster than torch's NCHW path on
 #: NCHW 5x5 and 7x7 layers (session 6, :data:`RELAYOUT_TAPS`); the staged family (issue 10) faster
-#: than cuDNN in kernel time on two layers alone (session 7), not yet inside models: no class.
+#: than cuDNN in kernel time on most small depthwise layers inside models, but each eager call's host
+#: time outweighs that in the host-bound eager steps measured, so its class is graph launches only
+#: (:data:`STAGED_GRAPH_TAPS`).
 OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct", "wgrad_staged", "aten_channels_last")
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
@@ -83,6 +85,43 @@ RELAYOUT_TAPS = (5 * 5, 7 * 7)
 #: The smallest layer of the class measured (ConvNeXt-T 7x7 C768 at 7x7, N=64: 1.2e8 multiply-adds,
 #: 8.96x); below it the two copies' launches and host time are not measured against a smaller saving.
 RELAYOUT_FROM_MACS = 100_000_000
+
+#: Square filters the staged family takes where its kernels are launched from CUDA graphs
+#: (target.launch == "graph": torch.compile(mode="reduce-overhead"), torch.cuda.graph), bf16
+#: channels_last depthwise, undilated, stride 1 or 2. There only kernel time counts, and inside
+#: models (tools/step_bench.py --layers: the grad_output autograd hands over, graph replay beside
+#: cuDNN in one process, H200, session 8, notes/PERF.md) it was faster on every such layer of
+#: MobileNetV2 at N=128 (17 layers, 3x3 s1/s2, 1.2-2.5x, 1.52x over the model's grouped dW) and of
+#: EfficientNet-B0 at N=128 (16 layers, 3x3/5x5 s1/s2, 1.07-2.02x; 2.30x over the model's dW, a
+#: 5x5 s2 14x14 C672 layer 765 -> 34 us), and on ConvNeXt-T's 7x7 layers at N=64 from 56x56 to
+#: 14x14 (1.00-1.50x). In eager steps it lost (0.88-0.98x, host-bound: ~100 us of host time an
+#: eager call inside autograd's engine thread), so the eager router gives it nothing.
+STAGED_GRAPH_TAPS = (3 * 3, 5 * 5, 7 * 7)
+#: The smallest layer of the class measured faster (MobileNetV2 N=128, 14x14 -> 7x7 C576 3x3
+#: stride 2: 3.3e7 multiply-adds); smaller ones were not measured.
+STAGED_GRAPH_FROM_MACS = 30_000_000
+
+
+def _staged_measured_faster(problem, target) -> str | None:
+    if target.launch != "graph":
+        return None  # eager: the host time of a patched call outweighed the kernel's gain (see above)
+    if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
+            or problem.layout != "channels_last" or any(d != 1 for d in problem.dilation)):
+        return None  # measured on bf16 channels_last depthwise layers only
+    kh, kw = problem.filter_size
+    taps = kh * kw
+    if kh != kw or taps not in STAGED_GRAPH_TAPS or problem.stride[0] != problem.stride[1] or problem.stride[0] > 2:
+        return None
+    if math.prod(problem.output_size) <= taps:
+        # a filter as large as the output plane is mostly padding, which the staged rows still load:
+        # ConvNeXt-T's 7x7 filters over 7x7 outputs (C768, N=64) ran 0.72-0.82x cuDNN in that run
+        return None
+    if problem.flops // 2 < STAGED_GRAPH_FROM_MACS:
+        return None
+    return (f"H200, 2026-12-04: launched from CUDA graphs, bf16 channels_last depthwise 3x3/5x5/7x7 filters of "
+            f"stride 1-2 with output planes larger than the filter and >= {STAGED_GRAPH_FROM_MACS:.1e} "
+            f"multiply-adds: 1.0-2.5x cuDNN in kernel time on every such layer of MobileNetV2 and "
+            f"EfficientNet-B0 (N=128) and ConvNeXt-T (N=64), measured inside the models")
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
@@ -150,6 +189,8 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
         return None
     if family == "aten_channels_last":
         return _relayout_measured_faster(problem)
+    if family == "wgrad_staged":
+        return _staged_measured_faster(problem, target)
     if family != "wgrad_shifted":
         return None
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":

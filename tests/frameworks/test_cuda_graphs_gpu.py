@@ -30,6 +30,8 @@ COMPILED_STEPS = 5
 
 #: what the captured steps must launch for the 31x31 layers
 ROUTED_FAMILY = LARGE_FILTER_FAMILY
+#: what small depthwise layers launch from CUDA graphs (routing.STAGED_GRAPH_TAPS)
+GRAPH_FAMILY = "wgrad_staged"
 
 
 def autocast_step(model, x, target):
@@ -207,12 +209,14 @@ def test_reduce_overhead_compiled_patched_step_matches_compiled_without_graphs(n
 
 
 @pytest.mark.parametrize("stack", ["convnext", "mobilenetv2"])
-def test_reduce_overhead_compiled_cudnn_planned_stack_matches_compiled_without_graphs(stack, no_tf32):
-    """Depthwise layers planned for cuDNN (the aten family), their prepared calls bound for the first
-    time inside cudagraph trees' warm-up (the prepared calls are cleared before): whatever a prepared
-    call keeps lives past the warm-up, and a kept device tensor is one cudagraph trees refuse ("tensors
-    in the cudagraph pool not tracked as outputs": UniRepLKNet-T, its 17 cuDNN-planned signatures).
-    The steps run, replay, and match default-mode compiled steps within bf16 noise."""
+def test_reduce_overhead_compiled_small_depthwise_stack_matches_compiled_without_graphs(stack, no_tf32):
+    """Depthwise layers planned for cuDNN when launched eagerly and for the staged family when
+    launched from CUDA graphs (routing.STAGED_GRAPH_TAPS), their prepared calls bound for the first
+    time inside cudagraph trees' warm-up (the prepared calls are cleared before): the warm-up runs
+    cuDNN and warms the graph route, the recording launches the staged kernels, the replays run no
+    Python. Whatever a prepared call keeps lives past the warm-up, and a kept device tensor is one
+    cudagraph trees refuse ("tensors in the cudagraph pool not tracked as outputs": UniRepLKNet-T,
+    its 17 cuDNN-planned signatures). Every step matches default-mode compiled steps within bf16 noise."""
     from torch._dynamo.utils import counters
 
     from convwgrad.provider.dispatch import clear_prepared_calls
@@ -221,11 +225,48 @@ def test_reduce_overhead_compiled_cudnn_planned_stack_matches_compiled_without_g
     counters.clear()
     model, fresh_batch = patched_stack(stack, seed=4)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        families = {p.family for _, p in convwgrad.layer_plans(model, fresh_batch()[0])}
-    assert families == {"aten"}, families
+        eager = {p.family for _, p in convwgrad.layer_plans(model, fresh_batch()[0])}
+        graphed = {p.family for _, p in convwgrad.layer_plans(model, fresh_batch()[0], launch="graph")}
+    assert eager == {"aten"} and graphed == {GRAPH_FAMILY}, (eager, graphed)
     steps = reduce_overhead_steps(model, fresh_batch, before_compile=clear_prepared_calls)
     logs = [set(families) for families, _, _ in steps]
-    assert logs[0] == {"aten"} and logs[-1] == set(), logs
+    assert logs[0] == {"aten"} and logs[1] == {GRAPH_FAMILY} and logs[-1] == set(), logs
+
+
+def test_a_captured_call_takes_the_graph_route_and_replays_its_dw():
+    """conv2d_weight on a layer of the staged family's graph class: cuDNN when called eagerly (which
+    warms the graph route), the staged kernels when captured; each replay on fresh operands gives
+    bitwise the pinned staged dW of those operands, within bf16 tolerance of float64."""
+    problem = ConvProblem.build(batch=32, groups=144, in_channels=144, input_size=(56, 56), filter_size=3,
+                                padding=1, dtype="bf16", layout="channels_last")
+    g = torch.Generator().manual_seed(5)
+    static_x, static_dy = make_inputs(problem, "cuda", g)
+
+    def call():
+        return convwgrad.conv2d_weight(static_x, problem.weight_size, static_dy, 1, 1, 1, problem.groups)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), convwgrad.record_launches() as eager:
+        for _ in range(2):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    assert [r.family for r in eager] == ["aten"] * 2
+    graph = torch.cuda.CUDAGraph()
+    with convwgrad.record_launches() as captured, torch.cuda.graph(graph):
+        static_dw = call()
+    assert [r.family for r in captured] == [GRAPH_FAMILY]
+    pinned = convwgrad.plan(problem, "cuda", family=GRAPH_FAMILY)
+    for _ in range(REPLAYS):
+        x, dy = make_inputs(problem, "cuda", g)
+        static_x.copy_(x)
+        static_dy.copy_(dy)
+        static_dw.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = convwgrad.dispatch_conv_grouped(problem, x, dy, plan=pinned)
+        assert torch.equal(static_dw, want)
+        assert relative_error(static_dw, reference_weight_grad(problem, x, dy, device="cuda")) <= TOLERANCE["bf16"]
 
 
 def depthwise_layer():

@@ -9,6 +9,7 @@ import convwgrad
 from convwgrad.plugins.wgrad_staged import launcher
 from convwgrad.provider import ConvProblem, Tile
 from convwgrad.provider.plan import NoCandidateError
+from convwgrad.provider.target import launched, resolve_target
 
 FAMILY = "wgrad_staged"
 CONVNEXT = dict(batch=64, groups=96, in_channels=96, input_size=(56, 56), filter_size=7, padding=3)
@@ -38,11 +39,56 @@ def test_admitted_with_every_split_holding_units(shape, dtype, target):
     assert chosen.grid[0] == (-(-p.out_channels // spec.tile.block_m), spec.split_k, 1)
 
 
-def test_router_gives_it_nothing():
-    """Opt-in: measured on two layers alone, not inside models."""
+def test_the_eager_router_gives_it_nothing():
+    """Eager calls: the host time of a patched call outweighed the kernel's gain in the models measured."""
     for dtype in ("bf16", "fp16", "fp32"):
         for target in ("sm_90", "gfx950"):
             assert convwgrad.plan(_problem(dtype), target).spec.family != FAMILY
+
+
+def _graph(target="sm_90"):
+    return launched(resolve_target(target), "graph")
+
+
+MBV2 = dict(batch=128, groups=144, in_channels=144, input_size=(56, 56), filter_size=3, padding=1)
+
+
+@pytest.mark.parametrize("shape", [
+    CONVNEXT,  # 56x56 C96 7x7 N=64
+    dict(CONVNEXT, input_size=(14, 14), groups=384, in_channels=384),
+    MBV2,
+    dict(MBV2, stride=2),
+    dict(batch=128, groups=576, in_channels=576, input_size=(14, 14), filter_size=3, stride=2, padding=1),  # 3.3e7
+    dict(batch=128, groups=672, in_channels=672, input_size=(14, 14), filter_size=5, stride=2, padding=2),
+    dict(batch=128, groups=1152, in_channels=1152, input_size=(7, 7), filter_size=5, padding=2),
+], ids=["convnext-56", "convnext-14", "mbv2-56", "mbv2-s2", "mbv2-smallest", "effb0-5x5-s2", "effb0-5x5-7x7"])
+def test_graph_launches_route_the_measured_class_to_it(shape):
+    p = ConvProblem.build(**shape, dtype="bf16", layout="channels_last")
+    chosen = convwgrad.plan(p, _graph())
+    assert chosen.family == FAMILY and "launched from CUDA graphs" in chosen.rule, chosen.rule
+    assert convwgrad.plan(p, "sm_90").family != FAMILY  # the same layer, launched eagerly
+    assert "launched from CUDA graphs" in str(convwgrad.explain(p, _graph()))
+
+
+@pytest.mark.parametrize("problem", [
+    _problem(input_size=(7, 7), groups=768, in_channels=768),  # a 7x7 filter over a 7x7 plane: 0.72-0.82x
+    _problem(dtype="fp16"), _problem(dtype="fp32"),  # measured in bf16 only
+    _problem(layout="contiguous"),
+    _problem(filter_size=9, padding=4),  # 9x9: not measured
+    _problem(filter_size=(3, 5), padding=(1, 2)),
+    _problem(dilation=2, padding=6),
+    _problem(batch=1, input_size=(14, 14)),  # 1.8e6 multiply-adds: below the smallest layer measured
+    _problem(groups=48),  # grouped, not depthwise
+], ids=["7x7-over-7x7", "fp16", "fp32", "nchw", "9x9", "3x5", "dilated", "small", "grouped"])
+def test_graph_launches_leave_the_rest_where_it_was(problem):
+    chosen = convwgrad.plan(problem, _graph())
+    assert chosen.family != FAMILY
+    assert chosen.family == convwgrad.plan(problem, "sm_90").family
+
+
+def test_graph_launches_route_nothing_to_it_off_cuda():
+    p = ConvProblem.build(**MBV2, dtype="bf16", layout="channels_last")
+    assert convwgrad.plan(p, _graph("gfx950")).family != FAMILY  # never run on AMD hardware
 
 
 @pytest.mark.parametrize("problem, target, reason", [
