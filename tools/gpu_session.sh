@@ -51,6 +51,10 @@
 #   stagedsweep  the staged prototype's SWEEPS[$STAGED_SWEEP] configs (grid, fewer) on ConvNeXt-T's 28x28 / 14x14 / 7x7 7x7 layers beside cuDNN
 #   stagedconvnext  session 8's wide-strip tiles: ConvNeXt-T 64 CL per-layer dW in the model with
 #            small_depthwise_to_staged, then compiled with mode="reduce-overhead", stock vs that route
+#   graphtests9  session 9's graph route: the CUDA-graph framework tests, the staged family's GPU tests, the
+#            simulated-capture dispatch tests
+#   graphsteps  the built-in router with graph launches: timm models (GRAPH_MODELS, default MobileNetV2 128 and
+#            EfficientNet-B0 128) channels_last compiled with mode="reduce-overhead", stock vs patched
 #   stagedsteps  ConvNeXt-T 64 and MobileNetV2 128 channels_last with their small depthwise layers routed to
 #            the staged family (tools/route_experiments.py:small_depthwise_to_staged), same-model, A/A arm
 #   rolling56  the rolling prototype's configs on ConvNeXt's 56x56 and 28x28 layers only, and ncu stall
@@ -250,6 +254,16 @@ PY
       timeout ${CUDAGRAPHS_LIMIT_S:-240} python3 tools/step_bench.py --models convnext_tiny:64 --layouts channels_last \
         --compile reduce-overhead --rounds 2 --steps 6 --plugin tools/route_experiments.py:small_depthwise_to_staged \
         --json "$OUT/steps_convnext_graphs.json" 2>&1 | grep -v Warn | tee "$OUT/steps_convnext_graphs.txt" ;;
+    graphtests9)
+      OMP_NUM_THREADS=4 timeout ${GRAPHTESTS_LIMIT_S:-240} python3 -m pytest tests/frameworks/test_cuda_graphs_gpu.py \
+        tests/plugins/wgrad_staged/test_staged_gpu.py tests/provider/test_graph_route.py -q -p no:cacheprovider -n 4 \
+        --durations=8 2>&1 | tee "$OUT/pytest_graphroute.txt" | grep -E "FAILED|ERROR|Error|passed|failed|s call" | tail -40 ;;
+    graphsteps)
+      for model in ${GRAPH_MODELS:-mobilenetv2_100:128 efficientnet_b0:128}; do
+        timeout ${GRAPHSTEPS_LIMIT_S:-280} python3 tools/step_bench.py --models $model --layouts channels_last \
+          --compile reduce-overhead --rounds 3 --steps 6 --json "$OUT/steps_graphroute_${model%%:*}.json" 2>&1 \
+          | grep -v Warn | tee "$OUT/steps_graphroute_${model%%:*}.txt" | tail -8
+      done ;;
     stagedsteps)
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
         --plugin tools/route_experiments.py:small_depthwise_to_staged --models convnext_tiny:64,mobilenetv2_100:128 \

@@ -88,15 +88,19 @@ RELAYOUT_FROM_MACS = 100_000_000
 
 #: Square filters the staged family takes where its kernels are launched from CUDA graphs
 #: (target.launch == "graph": torch.compile(mode="reduce-overhead"), torch.cuda.graph), bf16
-#: channels_last depthwise, undilated, stride 1 or 2. There only kernel time counts, and inside
-#: models (tools/step_bench.py --layers: the grad_output autograd hands over, graph replay beside
-#: cuDNN in one process, H200, session 8, notes/PERF.md) it was faster on every such layer of
-#: MobileNetV2 at N=128 (17 layers, 3x3 s1/s2, 1.2-2.5x, 1.52x over the model's grouped dW) and of
-#: EfficientNet-B0 at N=128 (16 layers, 3x3/5x5 s1/s2, 1.07-2.02x; 2.30x over the model's dW, a
-#: 5x5 s2 14x14 C672 layer 765 -> 34 us), and on ConvNeXt-T's 7x7 layers at N=64 from 56x56 to
-#: 14x14 (1.00-1.50x). In eager steps it lost (0.88-0.98x, host-bound: ~100 us of host time an
-#: eager call inside autograd's engine thread), so the eager router gives it nothing.
-STAGED_GRAPH_TAPS = (3 * 3, 5 * 5, 7 * 7)
+#: channels_last depthwise, undilated, stride 1 or 2. There only kernel time counts. Inside models
+#: (tools/step_bench.py --layers: the grad_output autograd hands over, graph replay beside cuDNN in
+#: one process, H200, session 8, notes/PERF.md) it was faster on every such layer of MobileNetV2 at
+#: N=128 (17 layers, 3x3 s1/s2, 1.2-2.5x; 1.52x over the model's grouped dW) and of EfficientNet-B0
+#: at N=128 (16 layers, 3x3/5x5 s1/s2, 1.07-2.02x; 2.30x over the model's dW, a 5x5 s2 14x14 C672
+#: layer 765 -> 34 us). Training steps compiled with mode="reduce-overhead" (tools/step_bench.py
+#: --compile reduce-overhead, stock and patched alternated, session 9,
+#: notes/data/steps_graphroute_*_2026-12-04s9.txt): MobileNetV2 128 1.020x, EfficientNet-B0 128
+#: 1.056x. 7x7 filters are left out: ConvNeXt-T's were 1.00-1.50x in the eager-captured layer
+#: timings, but its compiled step with 15 of them routed ran 0.987x (17.21 -> 17.44 ms), as in
+#: session 8 with all 18. In eager steps the family lost (0.88-0.98x, host-bound: ~100 us of host
+#: time an eager call inside autograd's engine thread), so the eager router gives it nothing.
+STAGED_GRAPH_TAPS = (3 * 3, 5 * 5)
 #: The smallest layer of the class measured faster (MobileNetV2 N=128, 14x14 -> 7x7 C576 3x3
 #: stride 2: 3.3e7 multiply-adds); smaller ones were not measured.
 STAGED_GRAPH_FROM_MACS = 30_000_000
@@ -113,15 +117,15 @@ def _staged_measured_faster(problem, target) -> str | None:
     if kh != kw or taps not in STAGED_GRAPH_TAPS or problem.stride[0] != problem.stride[1] or problem.stride[0] > 2:
         return None
     if math.prod(problem.output_size) <= taps:
-        # a filter as large as the output plane is mostly padding, which the staged rows still load:
-        # ConvNeXt-T's 7x7 filters over 7x7 outputs (C768, N=64) ran 0.72-0.82x cuDNN in that run
+        # a filter as large as the output plane is mostly padding, which the staged rows still load
+        # (ConvNeXt-T's 7x7 filters over 7x7 outputs, C768, N=64, ran 0.72-0.82x cuDNN in that run)
         return None
     if problem.flops // 2 < STAGED_GRAPH_FROM_MACS:
         return None
-    return (f"H200, 2026-12-04: launched from CUDA graphs, bf16 channels_last depthwise 3x3/5x5/7x7 filters of "
-            f"stride 1-2 with output planes larger than the filter and >= {STAGED_GRAPH_FROM_MACS:.1e} "
-            f"multiply-adds: 1.0-2.5x cuDNN in kernel time on every such layer of MobileNetV2 and "
-            f"EfficientNet-B0 (N=128) and ConvNeXt-T (N=64), measured inside the models")
+    return (f"H200, 2026-12-04: launched from CUDA graphs, bf16 channels_last depthwise 3x3/5x5 filters of "
+            f"stride 1-2 with >= {STAGED_GRAPH_FROM_MACS:.1e} multiply-adds: 1.07-2.5x cuDNN in kernel time on "
+            f"every such layer of MobileNetV2 and EfficientNet-B0 at N=128, measured inside the models; their "
+            f"reduce-overhead training steps 1.020x and 1.056x")
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a

@@ -46,7 +46,7 @@ def _families(log):
     return [record.family for record in log]
 
 
-def test_a_capture_takes_the_graph_route_warmed_outside_it(simulated_graphs):
+def test_a_capture_takes_the_graph_route_warmed_outside_it(simulated_graphs, no_tf32):
     p = _layer()
     x, dy = make_inputs(p, DEVICE)
     reference = reference_weight_grad(p, x, dy)
@@ -113,7 +113,7 @@ def test_a_capture_of_operands_aligned_otherwise_keeps_the_eager_plan(simulated_
     p = _layer(input_size=(5, 5))
     x, dy = make_inputs(p, DEVICE)
     _call(p, x, dy)
-    storage = torch.empty(dy.numel() + 1, dtype=dy.dtype)
+    storage = torch.empty(dy.numel() + 1, dtype=dy.dtype, device=dy.device)
     shifted = storage[1:].view(dy.shape[0], dy.shape[2], dy.shape[3], dy.shape[1]).permute(0, 3, 1, 2)
     shifted.copy_(dy)
     assert shifted.stride() == dy.stride() and shifted.data_ptr() % 16
