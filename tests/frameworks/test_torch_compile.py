@@ -84,3 +84,24 @@ def test_inductor_compiled_op_matches_eager_op(name):
     problem = ConvProblem.build(**kwargs, dtype="fp32")
     family = check_compiled_op(problem, "cpu", bias=bias, seed=len(name), other_grads_tol=1e-6)
     assert family == {"depthwise-3x3": "wgrad_merged", "grouped-s2-bias": "wgrad_splitk"}[name]
+
+
+def test_a_compiled_layer_adds_its_bias_outside_the_op():
+    """Inductor fuses a bias add that follows the op into its next kernel; one inside the op is an
+    eager elementwise kernel over the whole output (0.36 ms a ConvNeXt-T step on the H200)."""
+    nodes = []
+
+    def backend(gm, example_inputs):
+        nodes.extend(node for node in gm.graph.nodes if node.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer = convwgrad.patch(nn.Conv2d(16, 16, 3, padding=1, groups=16))
+    stock = copy.deepcopy(layer)
+    convwgrad.unpatch(stock)
+    x = torch.randn(2, 16, 6, 6)
+    out = torch.compile(layer, backend=backend, fullgraph=True)(x)
+    convs = [node for node in nodes if node.target is torch.ops.convwgrad.conv.default]
+    assert len(convs) == 1 and convs[0].args[2] is None, [(n.target, n.args) for n in nodes]
+    assert relative_error(out, stock(x).double()) < FP32_TOL
