@@ -96,11 +96,13 @@ RELAYOUT_FROM_MACS = 100_000_000
 #: layer 765 -> 34 us). Training steps compiled with mode="reduce-overhead" (tools/step_bench.py
 #: --compile reduce-overhead, stock and patched alternated, session 9,
 #: notes/data/steps_graphroute_*_2026-12-04s9.txt): MobileNetV2 128 1.020x, EfficientNet-B0 128
-#: 1.056x. 7x7 filters are left out: ConvNeXt-T's were 1.00-1.50x in the eager-captured layer
-#: timings, but its compiled step with 15 of them routed ran 0.987x (17.21 -> 17.44 ms), as in
-#: session 8 with all 18. In eager steps the family lost (0.88-0.98x, host-bound: ~100 us of host
-#: time an eager call inside autograd's engine thread), so the eager router gives it nothing.
-STAGED_GRAPH_TAPS = (3 * 3, 5 * 5)
+#: 1.056x and 1.058x (its A/A arm: 1.003x). ConvNeXt-T's 7x7 layers at N=64, timed in the model with
+#: L2 flushed before each call (--layers --cold-l2): 56x56 1.39-1.47x, 28x28 1.00-1.08x, 14x14
+#: 1.12-1.24x, 7x7 0.75-0.86x (left out below); its compiled step with all 18 routed: 0.987x until
+#: the compiled layer's bias add moved out of the op (frameworks/torch_ops.eager_conv), 1.005x after.
+#: In eager steps the family lost (0.88-0.98x, host-bound: ~100 us of host time an eager call inside
+#: autograd's engine thread), so the eager router gives it nothing.
+STAGED_GRAPH_TAPS = (3 * 3, 5 * 5, 7 * 7)
 #: The smallest layer of the class measured faster (MobileNetV2 N=128, 14x14 -> 7x7 C576 3x3
 #: stride 2: 3.3e7 multiply-adds); smaller ones were not measured.
 STAGED_GRAPH_FROM_MACS = 30_000_000
@@ -122,10 +124,10 @@ def _staged_measured_faster(problem, target) -> str | None:
         return None
     if problem.flops // 2 < STAGED_GRAPH_FROM_MACS:
         return None
-    return (f"H200, 2026-12-04: launched from CUDA graphs, bf16 channels_last depthwise 3x3/5x5 filters of "
-            f"stride 1-2 with >= {STAGED_GRAPH_FROM_MACS:.1e} multiply-adds: 1.07-2.5x cuDNN in kernel time on "
-            f"every such layer of MobileNetV2 and EfficientNet-B0 at N=128, measured inside the models; their "
-            f"reduce-overhead training steps 1.020x and 1.056x")
+    return (f"H200, 2026-12-04: launched from CUDA graphs, bf16 channels_last depthwise 3x3/5x5/7x7 filters of "
+            f"stride 1-2, output planes larger than the filter, >= {STAGED_GRAPH_FROM_MACS:.1e} multiply-adds: "
+            f"1.0-2.5x cuDNN in kernel time on every such layer of MobileNetV2, EfficientNet-B0 (N=128) and "
+            f"ConvNeXt-T (N=64), measured inside the models; their reduce-overhead training steps 1.02-1.06x")
 
 
 #: Below this many useful multiply-adds a layer stays with cuDNN on CUDA whatever the family: what a
