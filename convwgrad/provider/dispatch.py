@@ -308,8 +308,10 @@ def _warm_graph_route(problem, plan, input, grad_output, out, adapt):
     if plan.target.backend not in GRAPH_BACKENDS or plan.target.launch == "graph":
         return None
     graph_plan = make_plan(problem, launched(plan.target, "graph"))
+    # the same kernels; or unaligned operands, whose warm-up would load a Triton specialisation that an
+    # aligned capture (the usual one) does not launch
     if graph_plan.spec == plan.spec or not _aligned(input, grad_output, out):
-        return None  # the same kernels; or operands a capture would rarely see aligned otherwise
+        return None
     try:
         prepared = _bind(problem, graph_plan, input, grad_output, out, adapt)
         workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device=input.device)

@@ -99,7 +99,8 @@ RELAYOUT_FROM_MACS = 100_000_000
 #: 1.056x and 1.058x (its A/A arm: 1.003x). ConvNeXt-T's 7x7 layers at N=64, timed in the model with
 #: L2 flushed before each call (--layers --cold-l2): 56x56 1.39-1.47x, 28x28 1.00-1.08x, 14x14
 #: 1.12-1.24x, 7x7 0.75-0.86x (left out below); its compiled step with all 18 routed: 0.987x until
-#: the compiled layer's bias add moved out of the op (frameworks/torch_ops.eager_conv), 1.005x after.
+#: the compiled layer's bias add moved out of the op (frameworks/torch_ops.eager_conv), 1.005x after;
+#: with this rule (15 routed, its three 7x7-plane layers left to cuDNN) 1.001x: no loss, no gain shown.
 #: In eager steps the family lost (0.88-0.98x, host-bound: ~100 us of host time an eager call inside
 #: autograd's engine thread), so the eager router gives it nothing.
 STAGED_GRAPH_TAPS = (3 * 3, 5 * 5, 7 * 7)

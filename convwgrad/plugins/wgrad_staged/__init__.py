@@ -4,12 +4,13 @@ shared memory by asynchronous copies (Gluon).
 Registration layer; the kernel is in :mod:`.kernels`, the gate, work units, grids and split policy
 in :mod:`.launcher`. Built for the 3x3-9x9 depthwise layers of MobileNet/EfficientNet/ConvNeXt in
 channels_last, where cuDNN runs 6-12x above the floor. Opt-in (``selectors.routing.OPT_IN_FAMILIES``):
-its kernel is faster than cuDNN on most of those layers in kernel time (H200, sessions 7-8: inside
-MobileNetV2 N=128 every depthwise layer, 1.2-2.5x; alone, ConvNeXt-T's 7x7 layers 1.17-1.53x but
-its 7x7-pixel one), and MobileNetV2 compiled with CUDA graphs trains 1.023x faster with it; but an
-eager patched layer's host time (~100 us in autograd's engine thread) outweighs the saving in the
-host-bound eager steps measured (0.88-0.98x), so the router gives it nothing; pin it with
-``plan(problem, family="wgrad_staged")``. Its copies are NVIDIA's cp.async (sm_80+) or CDNA4's
+its kernel is faster than cuDNN on most of those layers in kernel time (H200, sessions 8-9, inside
+MobileNetV2 and EfficientNet-B0 at N=128 on every depthwise layer, 1.07-2.5x, and on ConvNeXt-T's 7x7
+layers but its 7x7-plane ones), so the router gives it that class where the kernels are launched from
+CUDA graphs (``routing.STAGED_GRAPH_TAPS``: reduce-overhead training steps 1.020x MobileNetV2, 1.056x
+EfficientNet-B0, 1.001x ConvNeXt-T). An eager call's host time (~100 us in autograd's engine thread)
+outweighed the saving in the host-bound eager steps measured (0.88-0.98x), so eager calls get nothing;
+pin it with ``plan(problem, family="wgrad_staged")``. Its copies are NVIDIA's cp.async (sm_80+) or CDNA4's
 global -> LDS loads (gfx950: compiled on the CPU with Triton 3.9, never run on hardware); it refuses
 other targets and the interpreter (Gluon has none) with that reason.
 """
