@@ -132,8 +132,8 @@ def eager_conv(input, weight, bias, stride, padding, dilation, groups):
     N=64 channels_last, session 9): 18 such adds, 0.36 ms of a 17.8 ms step, more than the staged
     family's dW saved there."""
     if torch.compiler.is_compiling():
-        if bias is None:
-            return conv(input, weight, None, stride, padding, dilation, groups)
+        if bias is None or bias.shape != weight.shape[:1] or bias.dtype != input.dtype:
+            return conv(input, weight, bias, stride, padding, dilation, groups)  # torch's own checks and errors
         output = conv(input, weight, None, stride, padding, dilation, groups)
         return output + bias.view(1, -1, *([1] * (output.dim() - 2)))
     if torch._C._are_functorch_transforms_active():  # vmap, grad, ...: Function.apply's own path

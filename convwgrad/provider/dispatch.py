@@ -287,7 +287,10 @@ def _capturing(device) -> bool:
 
 
 #: Backends whose calls can be recorded into CUDA graphs (HIP graphs are not measured yet).
-GRAPH_BACKENDS = ("cuda",)
+_GRAPH_BACKENDS = ("cuda",)
+#: CONVWGRAD_GRAPH_ROUTES=0 in the environment: no graph routes (every capture keeps the eager plan),
+#: so no call prepares, compiles or runs a route it may never use (a program that never captures)
+_GRAPH_ROUTES = os.environ.get("CONVWGRAD_GRAPH_ROUTES", "1") != "0"
 
 
 def _graph_key(key):
@@ -304,23 +307,32 @@ def _warm_graph_route(problem, plan, input, grad_output, out, adapt):
     the capture. So the graph route of a call signature is bound and run once here, outside
     capture, on the call's own operands into a scratch dW (torch.compile's CUDA-graph warm-up runs
     every call eagerly first); a capture then finds it ready. A signature first seen inside a
-    capture keeps the eager plan. The run is one extra dW per signature, once."""
-    if plan.target.backend not in GRAPH_BACKENDS or plan.target.launch == "graph":
+    capture keeps the eager plan. The run is one extra dW per signature, once, and only where the
+    router plans graph launches otherwise (CONVWGRAD_GRAPH_ROUTES=0 turns it off). A tuning-cache
+    entry is measured best for both launches, so a tuned signature has no graph route."""
+    if not _GRAPH_ROUTES or plan.target.backend not in _GRAPH_BACKENDS or plan.target.launch == "graph":
         return None
-    graph_plan = make_plan(problem, launched(plan.target, "graph"))
-    # the same kernels; or unaligned operands, whose warm-up would load a Triton specialisation that an
-    # aligned capture (the usual one) does not launch
-    if graph_plan.spec == plan.spec or not _aligned(input, grad_output, out):
+    # unaligned operands: their warm-up would load a Triton specialisation that an aligned capture
+    # (the usual one) does not launch
+    if not _aligned(input, grad_output, out):
         return None
+    graph_plan = None
     try:
+        graph_plan = make_plan(problem, launched(plan.target, "graph"))
+        if graph_plan.spec == plan.spec:
+            return None
         prepared = _bind(problem, graph_plan, input, grad_output, out, adapt)
         workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device=input.device)
                      if prepared.workspace_nbytes else None)
+        # into a scratch dW of the caller's strides (the route is bound to them), never the caller's own
+        scratch = None if out is None else torch.empty_strided(out.shape, out.stride(), dtype=out.dtype,
+                                                               device=out.device)
         # prepared.run, not the call: the warm-up is no launch of the caller's, so it is not recorded
-        prepared.run(input, grad_output, None if out is None else torch.empty_like(out), workspace)
+        prepared.run(input, grad_output, scratch, workspace)
     except Exception as exc:  # the eager call stands; a capture then keeps the eager plan too
-        warn_at_caller(f"convwgrad: the CUDA-graph route of {problem.describe()} ({graph_plan.kernel_name}) could "
-                       f"not be prepared, so captures of it keep {plan.kernel_name}: {type(exc).__name__}: {exc}")
+        route = "" if graph_plan is None else f" ({graph_plan.kernel_name})"
+        warn_at_caller(f"convwgrad: the CUDA-graph route of {problem.describe()}{route} could not be prepared, "
+                       f"so captures of it keep {plan.kernel_name}: {type(exc).__name__}: {exc}")
         return None
     return prepared
 
@@ -371,7 +383,9 @@ def dispatch_conv_grouped(
 ) -> torch.Tensor:
     """Compute dW of ``problem`` from ``input`` and ``grad_output``; return it.
 
-    ``plan`` defaults to :func:`convwgrad.plan` for the tensors' device.
+    ``plan`` defaults to :func:`convwgrad.plan` for the tensors' device; inside a CUDA-graph capture,
+    to the plan for graph launches where the call was warmed (see :func:`conv_weight`) and neither
+    ``workspace`` is given (it was sized by the eager plan) nor an operand is unaligned.
     ``out`` (shape ``problem.weight_size``, the problem's dtype, no overlapping memory)
     is written in place and returned when given; otherwise dW is a new contiguous tensor.
     ``workspace`` (uint8, at least ``plan.workspace_nbytes``) is allocated when not given.
@@ -379,13 +393,14 @@ def dispatch_conv_grouped(
     try:
         key = (problem, plan, _tensor_key(input), _tensor_key(grad_output),
                None if out is None else _tensor_key(out))
-        prepared = _lookup(key, plan is None and _capturing(input.device), input, grad_output, out)
+        graph_launch = plan is None and workspace is None and _capturing(input.device)
+        prepared = _lookup(key, graph_launch, input, grad_output, out)
     except (AttributeError, TypeError):  # not tensors, or not hashable: the checks below say which
         key = prepared = None
     if prepared is None:
         prepared, graph_route = _prepare_dispatch(problem, input, grad_output, plan, out)
         if key is not None:
-            _keep(key, prepared, graph_route)
+            _keep_with_graph_route(key, prepared, graph_route, input.device)
     if workspace is not None:
         if prepared.workspace_nbytes:
             _check_workspace(workspace, prepared.workspace_nbytes, input.device)
@@ -414,7 +429,11 @@ def _lookup(key, capturing: bool, *tensors):
     return _prepared.get(key)
 
 
-def _keep(key, prepared: _PreparedCall, graph_route: _PreparedCall | None) -> None:
+def _keep_with_graph_route(key, prepared: _PreparedCall, graph_route: _PreparedCall | None, device) -> None:
+    """Keep ``prepared`` for ``key`` and its warmed ``graph_route``; a call prepared inside a capture
+    is not kept, so the signature's first call outside one prepares again and warms its graph route."""
+    if _capturing(device):
+        return
     _prepared.keep(key, prepared)
     if graph_route is not None:
         _prepared.keep(_graph_key(key), graph_route)
@@ -449,6 +468,11 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
                 match_layouts: bool = False):
     """dW like ``torch.nn.grad.conv*d_weight``; the prepared-call fast path.
 
+    Inside a CUDA-graph capture a call takes the plan for graph launches (``TargetInfo.launch``),
+    which its first call outside a capture prepared and ran once (:func:`_warm_graph_route`); a
+    signature never called outside a capture, or unaligned operands, keep the eager plan, whose
+    Triton kernels (if any) must then already be loaded, as for any capture.
+
     ``match_layouts`` copies ``grad_output`` (and an input in neither layout) into the
     input's layout first, as the custom op does for the strides autograd hands it.
     """
@@ -466,7 +490,7 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
         prepared, graph_route = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation,
                                                      groups, match_layouts)
         if key is not None:
-            _keep(key, prepared, graph_route)
+            _keep_with_graph_route(key, prepared, graph_route, input.device)
     return prepared(input, grad_output)
 
 

@@ -27,8 +27,8 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 #: patched layer adds is part of what the layer costs (and, in the host-bound eager steps measured
 #: on the H200 machine, all of it). "graph": the launches are replayed from a CUDA graph
 #: (``torch.compile(mode="reduce-overhead")``, ``torch.cuda.graph``), so only kernel time counts.
-#: The dispatcher plans a call for "graph" when the current stream is capturing (see
-#: :func:`convwgrad.provider.dispatch.conv_weight`).
+#: The dispatcher takes a call's plan for "graph" when the current stream is capturing and that
+#: plan was warmed outside the capture (see :func:`convwgrad.provider.dispatch.conv_weight`).
 LAUNCHES = ("eager", "graph")
 
 

@@ -19,7 +19,8 @@ GRAPH_FAMILY, EAGER_FAMILY = "wgrad_splitk", "wgrad_merged"
 def simulated_graphs(monkeypatch):
     """The interpreter treated as a backend with CUDA graphs, a switch for 'the stream captures',
     and a router that gives graph launches GRAPH_FAMILY."""
-    monkeypatch.setattr(dispatch, "GRAPH_BACKENDS", (*dispatch.GRAPH_BACKENDS, "interpreter", "cpu"))
+    monkeypatch.setattr(dispatch, "_GRAPH_BACKENDS", (*dispatch._GRAPH_BACKENDS, "interpreter", "cpu"))
+    monkeypatch.setattr(dispatch, "_GRAPH_ROUTES", True)
     capturing = {"on": False}
     monkeypatch.setattr(dispatch, "_capturing", lambda device: capturing["on"])
 
@@ -65,8 +66,9 @@ def test_a_capture_takes_the_graph_route_warmed_outside_it(simulated_graphs, no_
         assert relative_error(dw, reference) < 1e-5
 
 
-def test_a_signature_first_seen_inside_a_capture_keeps_the_eager_plan(simulated_graphs):
-    """Its graph route's kernels could not be loaded inside the capture (cuModuleLoadData invalidates it)."""
+def test_a_signature_first_seen_inside_a_capture_keeps_the_eager_plan_until_called_outside_one(simulated_graphs):
+    """Its graph route's kernels could not be loaded inside the capture (cuModuleLoadData invalidates
+    it); the first call outside a capture warms the route for the next capture."""
     p = _layer(input_size=(5, 9))
     x, dy = make_inputs(p, DEVICE)
     simulated_graphs["on"] = True
@@ -74,6 +76,56 @@ def test_a_signature_first_seen_inside_a_capture_keeps_the_eager_plan(simulated_
         with convwgrad.record_launches() as log:
             _call(p, x, dy)
         assert _families(log) == [EAGER_FAMILY]
+    simulated_graphs["on"] = False
+    _call(p, x, dy)
+    simulated_graphs["on"] = True
+    with convwgrad.record_launches() as log:
+        _call(p, x, dy)
+    assert _families(log) == [GRAPH_FAMILY]
+
+
+def test_graph_routes_switched_off_keep_the_eager_plan(simulated_graphs, monkeypatch):
+    monkeypatch.setattr(dispatch, "_GRAPH_ROUTES", False)
+    p = _layer(input_size=(3, 8))
+    x, dy = make_inputs(p, DEVICE)
+    _call(p, x, dy)
+    simulated_graphs["on"] = True
+    with convwgrad.record_launches() as log:
+        _call(p, x, dy)
+    assert _families(log) == [EAGER_FAMILY]
+
+
+def test_the_warm_up_writes_a_scratch_of_the_callers_strides_and_the_capture_its_out(simulated_graphs, no_tf32):
+    """An ``out`` with gaps between its elements: the graph route is bound to its strides, so its warm-up
+    scratch has them too (a dense scratch was written past its end), and the caller's out is untouched."""
+    p = _layer(input_size=(6, 6))
+    x, dy = make_inputs(p, DEVICE)
+    storage = torch.full((16, 1, 3, 6), 7.0, device=DEVICE)
+    out = storage[..., ::2]
+    assert out.stride() == (18, 18, 6, 2)
+    convwgrad.dispatch_conv_grouped(p, x, dy, out=out)
+    eager = out.clone()
+    out.fill_(float("nan"))
+    simulated_graphs["on"] = True
+    with convwgrad.record_launches() as log:
+        convwgrad.dispatch_conv_grouped(p, x, dy, out=out)
+    assert _families(log) == [GRAPH_FAMILY]
+    reference = reference_weight_grad(p, x, dy)
+    assert relative_error(out, reference) < 1e-5 and relative_error(eager, reference) < 1e-5
+    assert (storage[..., 1::2] == 7.0).all()  # the gaps: never written
+
+
+def test_a_workspace_sized_by_the_eager_plan_keeps_it_inside_a_capture(simulated_graphs):
+    p = _layer(input_size=(6, 7))
+    x, dy = make_inputs(p, DEVICE)
+    eager_plan = real_plan(p, None, family=EAGER_FAMILY)
+    workspace = torch.empty(eager_plan.workspace_nbytes, dtype=torch.uint8, device=DEVICE)
+    convwgrad.dispatch_conv_grouped(p, x, dy)
+    simulated_graphs["on"] = True
+    with convwgrad.record_launches() as log:
+        convwgrad.dispatch_conv_grouped(p, x, dy, workspace=workspace)
+        convwgrad.dispatch_conv_grouped(p, x, dy)
+    assert _families(log) == [EAGER_FAMILY, GRAPH_FAMILY]
 
 
 def test_a_graph_route_that_cannot_be_prepared_warns_and_keeps_the_eager_plan(simulated_graphs, monkeypatch):
