@@ -55,6 +55,10 @@
 #            simulated-capture dispatch tests
 #   graphsteps  the built-in router with graph launches: timm models (GRAPH_MODELS, default MobileNetV2 128 and
 #            EfficientNet-B0 128) channels_last compiled with mode="reduce-overhead", stock vs patched
+#   verify10  the whole GPU suite, then the simulated-capture dispatch tests on the GPU (session 9's review
+#            fixes never ran there)
+#   pathology  EfficientNet-B0 128 CL eager, same model, A/A arm, with only its 5x5 stride-2 layers of >= 640
+#            channels given to the staged family (cuDNN 778 us, staged 36 us on the 14x14 C672 one)
 #   stagedsteps  ConvNeXt-T 64 and MobileNetV2 128 channels_last with their small depthwise layers routed to
 #            the staged family (tools/route_experiments.py:small_depthwise_to_staged), same-model, A/A arm
 #   rolling56  the rolling prototype's configs on ConvNeXt's 56x56 and 28x28 layers only, and ncu stall
@@ -66,7 +70,7 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (next session: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
+# (session 10: `verify10 pathology` first; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
 #  fp16 / fp32 and nine layers beside cuDNN), then `stagedsteps`, ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -264,6 +268,14 @@ PY
           --compile reduce-overhead --rounds 3 --steps 6 --json "$OUT/steps_graphroute_${model%%:*}.json" 2>&1 \
           | grep -v Warn | tee "$OUT/steps_graphroute_${model%%:*}.txt" | tail -8
       done ;;
+    verify10)
+      OMP_NUM_THREADS=4 timeout 360 python3 -m pytest tests -m gpu -q -p no:cacheprovider -n 4 --durations=5 2>&1 \
+        | tee "$OUT/pytest_gpu.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -30
+      timeout 120 python3 -m pytest tests/provider/test_graph_route.py -q -p no:cacheprovider 2>&1 | tail -3 ;;
+    pathology)
+      timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 4 --layouts channels_last \
+        --plugin tools/route_experiments.py:cudnn_5x5_s2_to_staged --models efficientnet_b0:128 \
+        --json "$OUT/steps_pathology.json" 2>&1 | grep -v Warn | tee "$OUT/steps_pathology.txt" ;;
     stagedsteps)
       timeout 240 python3 tools/step_bench.py --same-model --with-control --rounds 3 --layouts channels_last \
         --plugin tools/route_experiments.py:small_depthwise_to_staged --models convnext_tiny:64,mobilenetv2_100:128 \

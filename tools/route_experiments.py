@@ -107,3 +107,11 @@ large_depthwise_to_staged = RouteExperiment(
     "large_depthwise_to_staged", "wgrad_staged", "3x3 depthwise of >= 3e8 and 7x7 of >= 9e8 multiply-adds",
     lambda p: p.layout == "channels_last" and p.filter_size[0] == p.filter_size[1] in STAGED_FROM_MACS
     and p.flops // 2 >= STAGED_FROM_MACS[p.filter_size[0]] and max(p.stride) <= 2 and all(d == 1 for d in p.dilation))
+#: EfficientNet-B0's 5x5 stride-2 layer at 14x14, C672, N=128: cuDNN 778 us, the staged kernel 36 us in the
+#: model (session 9, --layers --cold-l2); the same shape at N=32 (MobileNetV3-Large) cuDNN runs in 21 us,
+#: EfficientNet-B3's 19x19 C816 at N=32 in 301 us. The one saving in these models larger than any eager
+#: call's host time: does an eager step gain from it alone?
+cudnn_5x5_s2_to_staged = RouteExperiment(
+    "cudnn_5x5_s2_to_staged", "wgrad_staged", "5x5 stride-2 depthwise of >= 640 channels, bf16 channels_last",
+    lambda p: p.layout == "channels_last" and p.dtype == "bf16" and p.filter_size == (5, 5) and p.stride == (2, 2)
+    and p.in_channels >= 640 and all(d == 1 for d in p.dilation))
