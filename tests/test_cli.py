@@ -260,3 +260,15 @@ def test_explain_warns_of_a_corrupt_tuning_cache(capsys, tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="ignored") as record:
         convwgrad.plan(parse_shape(TINY)[1], "gfx950")
     assert record[0].filename == __file__  # the caller's plan(), not pluggy's hook calling
+
+
+def test_explain_for_graph_launches(capsys):
+    """The same layer launched eagerly (cuDNN) and from CUDA graphs (the staged family)."""
+    argv = ["explain", "--shape", FULL_SIZE, "--target", "sm_90", "--dtype", "bf16"]
+    assert main(argv) == 0
+    eager = capsys.readouterr().out
+    assert main(argv + ["--launch", "graph"]) == 0
+    graph = capsys.readouterr().out
+    assert "choice:  aten_" in eager and "launched from CUDA graphs" not in eager
+    assert "choice:  wgrad_staged_" in graph and "target:  sm_90: cuda, 132 CUs, warp 32, launched from CUDA graphs" in graph
+    assert "--launch" in argparse_error_of(capsys, argv + ["--launch", "replay"])
