@@ -312,6 +312,8 @@ def _warm_graph_route(problem, plan, input, grad_output, out, adapt):
     entry is measured best for both launches, so a tuned signature has no graph route."""
     if not _GRAPH_ROUTES or plan.target.backend not in _GRAPH_BACKENDS or plan.target.launch == "graph":
         return None
+    if _capturing(input.device):
+        return None  # first seen inside a capture: the route's kernels cannot be loaded now
     # unaligned operands: their warm-up would load a Triton specialisation that an aligned capture
     # (the usual one) does not launch
     if not _aligned(input, grad_output, out):
@@ -452,8 +454,6 @@ def _prepare_dispatch(problem, input, grad_output, plan, out):
         return _bind(problem, plan, input, grad_output, out), None
     plan = make_plan(problem, current_target(input.device))
     prepared = _bind(problem, plan, input, grad_output, out)
-    if _capturing(input.device):
-        return prepared, None  # first seen inside a capture: a graph route could not be loaded now
     return prepared, _warm_graph_route(problem, plan, input, grad_output, out, None)
 
 
@@ -528,8 +528,6 @@ def _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilat
                              problem=problem), None
     plan = make_plan(problem, current_target(input.device))
     prepared = _bind(problem, plan, input, grad_output, None, adapt)
-    if _capturing(input.device):
-        return prepared, None  # first seen inside a capture: a graph route could not be loaded now
     return prepared, _warm_graph_route(problem, plan, input, grad_output, None, adapt)
 
 
