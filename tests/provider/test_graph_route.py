@@ -47,6 +47,13 @@ def _families(log):
     return [record.family for record in log]
 
 
+def _launched(call, *args, **kwargs):
+    """The families ``call(*args, **kwargs)`` launched."""
+    with convwgrad.record_launches() as log:
+        call(*args, **kwargs)
+    return _families(log)
+
+
 def test_a_capture_takes_the_graph_route_warmed_outside_it(simulated_graphs, no_tf32):
     p = _layer()
     x, dy = make_inputs(p, DEVICE)
@@ -73,15 +80,11 @@ def test_a_signature_first_seen_inside_a_capture_keeps_the_eager_plan_until_call
     x, dy = make_inputs(p, DEVICE)
     simulated_graphs["on"] = True
     for _ in range(2):
-        with convwgrad.record_launches() as log:
-            _call(p, x, dy)
-        assert _families(log) == [EAGER_FAMILY]
+        assert _launched(_call, p, x, dy) == [EAGER_FAMILY]
     simulated_graphs["on"] = False
     _call(p, x, dy)
     simulated_graphs["on"] = True
-    with convwgrad.record_launches() as log:
-        _call(p, x, dy)
-    assert _families(log) == [GRAPH_FAMILY]
+    assert _launched(_call, p, x, dy) == [GRAPH_FAMILY]
 
 
 def test_graph_routes_switched_off_keep_the_eager_plan(simulated_graphs, monkeypatch):
@@ -90,9 +93,7 @@ def test_graph_routes_switched_off_keep_the_eager_plan(simulated_graphs, monkeyp
     x, dy = make_inputs(p, DEVICE)
     _call(p, x, dy)
     simulated_graphs["on"] = True
-    with convwgrad.record_launches() as log:
-        _call(p, x, dy)
-    assert _families(log) == [EAGER_FAMILY]
+    assert _launched(_call, p, x, dy) == [EAGER_FAMILY]
 
 
 def test_the_warm_up_writes_a_scratch_of_the_callers_strides_and_the_capture_its_out(simulated_graphs, no_tf32):
@@ -107,9 +108,7 @@ def test_the_warm_up_writes_a_scratch_of_the_callers_strides_and_the_capture_its
     eager = out.clone()
     out.fill_(float("nan"))
     simulated_graphs["on"] = True
-    with convwgrad.record_launches() as log:
-        convwgrad.dispatch_conv_grouped(p, x, dy, out=out)
-    assert _families(log) == [GRAPH_FAMILY]
+    assert _launched(convwgrad.dispatch_conv_grouped, p, x, dy, out=out) == [GRAPH_FAMILY]
     reference = reference_weight_grad(p, x, dy)
     assert relative_error(out, reference) < 1e-5 and relative_error(eager, reference) < 1e-5
     assert (storage[..., 1::2] == 7.0).all()  # the gaps: never written
@@ -142,9 +141,7 @@ def test_a_graph_route_that_cannot_be_prepared_warns_and_keeps_the_eager_plan(si
     with pytest.warns(UserWarning, match="CUDA-graph route .* could not be prepared.*compile failed"):
         _call(p, x, dy)
     simulated_graphs["on"] = True
-    with convwgrad.record_launches() as log:
-        _call(p, x, dy)
-    assert _families(log) == [EAGER_FAMILY]
+    assert _launched(_call, p, x, dy) == [EAGER_FAMILY]
 
 
 def test_dispatch_without_a_plan_takes_the_graph_route_and_a_given_plan_is_kept(simulated_graphs):
@@ -170,6 +167,4 @@ def test_a_capture_of_operands_aligned_otherwise_keeps_the_eager_plan(simulated_
     shifted.copy_(dy)
     assert shifted.stride() == dy.stride() and shifted.data_ptr() % 16
     simulated_graphs["on"] = True
-    with convwgrad.record_launches() as log:
-        _call(p, x, shifted)
-    assert _families(log) == [EAGER_FAMILY]
+    assert _launched(_call, p, x, shifted) == [EAGER_FAMILY]

@@ -32,9 +32,9 @@ def tiled_kernel_reasons(problem, spec, target, grids, max_blocks, reduction_ste
                          min_block: int = MIN_BLOCK, powers_of_two: bool = True) -> list[str]:
     """Refusals every tiled Triton family shares: target, dtype, tile, split-K, TF32, index width,
     grid limits. Blocks must be powers of two unless ``powers_of_two`` is False (a family that
-    unrolls them rather than taking them as ``tl.arange`` ranges). ``grids(problem, spec)`` gives the family's launch grids, ``max_blocks`` its
-    largest (block_m, block_n, block_k), ``min_block`` its smallest (tl.dot's 16 unless the
-    family has no tl.dot). ``reduction_steps(problem, spec)``, if given, counts the steps a split
+    unrolls them rather than taking them as ``tl.arange`` ranges). ``grids(problem, spec)`` gives
+    the family's launch grids, ``max_blocks`` its largest (block_m, block_n, block_k),
+    ``min_block`` its smallest (tl.dot's 16 unless the family has no tl.dot). ``reduction_steps(problem, spec)``, if given, counts the steps a split
     divides, for a family whose reduction is not K_gemm in block_k steps."""
     reasons = []
     if not target.runs_triton:
