@@ -33,6 +33,7 @@ from .provider import (
     explain,
     plan,
     record_launches,
+    release_workspaces,
 )
 
 __version__ = "0.1.0"
@@ -40,5 +41,5 @@ __version__ = "0.1.0"
 __all__ = [
     "ConvProblem", "KernelSpec", "Plan", "TargetInfo", "Tile", "aot", "conv1d_weight", "conv2d_weight",
     "conv3d_weight", "disabled", "dispatch_conv_grouped", "explain", "explain_model", "functional", "intercept_functional", "is_enabled", "layer_plans",
-    "patch", "patched_modules", "plan", "record_launches", "set_enabled", "unpatch",
+    "patch", "patched_modules", "plan", "record_launches", "release_workspaces", "set_enabled", "unpatch",
 ]

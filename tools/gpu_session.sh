@@ -57,6 +57,11 @@
 #            EfficientNet-B0 128) channels_last compiled with mode="reduce-overhead", stock vs patched
 #   verify10  the whole GPU suite, then the simulated-capture dispatch tests on the GPU (session 9's review
 #            fixes never ran there)
+#   hostparts  host us of each part of a staged dW call (allocations, three ways to launch, the prepared call,
+#            the op's path, aten's dW/dX/both), main thread and engine thread (tools/host_parts.py)
+#   hostparts2  hostparts for this checkout and for session 9's library (build/old: `git archive c5efda5
+#            convwgrad | tar -x -C build/old`, carried)
+#   hosttests  the provider and framework GPU tests (the warm path, kept workspaces, the patched backward)
 #   pathology  EfficientNet-B0 128 CL eager, same model, A/A arm, with only its 5x5 stride-2 layers of >= 640
 #            channels given to the staged family (cuDNN 778 us, staged 36 us on the 14x14 C672 one)
 #   stagedsteps  ConvNeXt-T 64 and MobileNetV2 128 channels_last with their small depthwise layers routed to
@@ -70,7 +75,7 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (session 10: `verify10 pathology` first; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
+# (session 10: `verify10 hostparts` first, then `pathology`; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
 #  fp16 / fp32 and nine layers beside cuDNN), then `stagedsteps`, ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -233,6 +238,18 @@ PY
       timeout 240 python3 tools/step_bench.py --models convnext_tiny:64,mobilenetv2_100:128 --layouts channels_last \
         --rounds 1 --profile --layers --plugin tools/route_experiments.py:small_depthwise_to_staged \
         --json "$OUT/layers_staged.json" 2>&1 | grep -v -i "warn" | tee "$OUT/layers_staged.txt" | tail -60 ;;
+    hostparts)
+      timeout 200 python3 tools/host_parts.py --plugin tools/route_experiments.py:small_depthwise_to_staged 2>&1 \
+        | grep -v Warn | tee "$OUT/host_parts.txt" ;;
+    hostparts2)
+      # this checkout, then session 9's library (build/old, carried) the same way: the host path before and after
+      timeout 150 python3 tools/host_parts.py --plugin tools/route_experiments.py:small_depthwise_to_staged 2>&1 \
+        | grep -v Warn | tee "$OUT/host_parts_new.txt"
+      PYTHONPATH=$PWD/build/old timeout 150 python3 tools/host_parts.py \
+        --plugin tools/route_experiments.py:small_depthwise_to_staged 2>&1 | grep -v Warn | tee "$OUT/host_parts_old.txt" ;;
+    hosttests)
+      OMP_NUM_THREADS=4 timeout 200 python3 -m pytest tests/provider tests/frameworks -m gpu -q -p no:cacheprovider -n 4 \
+        2>&1 | tee "$OUT/pytest_host.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -30 ;;
     stagedhost)
       timeout 120 python3 tools/backward_host.py mbv2-14-c384-k3 mbv2-7-c960-k3 2>&1 | grep -v Warn | tee "$OUT/host_aten.txt"
       timeout 120 python3 tools/backward_host.py --plugin tools/route_experiments.py:small_depthwise_to_staged \

@@ -25,6 +25,7 @@ from convwgrad.provider.plan import plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target
 
+from .torch_ops import WeightGradMemo
 from .torch_ops import eager_conv as _conv_op
 
 # the modules themselves (their names in convwgrad.provider are functions): a patched layer reads
@@ -179,7 +180,7 @@ def intercept_functional():
 #: strides, dtype and device, whether dW is wanted, the plugin-manager switches and the plan-cache
 #: epoch: plain values, so the module still copies and pickles), the global state the route was
 #: decided in, calls left before that state is read again, runs stock torch?, the op's resolved
-#: arguments]
+#: arguments, the backward's remembered dW call (a WeightGradMemo: copied and pickled empty)]
 _ROUTE = "_convwgrad_route"
 #: A patched layer reads the global state its route depends on (autocast for its device, the
 #: planning generation: TF32 switch, tuning file, registered plugins) on every this many calls,
@@ -235,13 +236,14 @@ class _PatchedConv:
             return self._stock_conv_forward(input, weight, bias)  # the stock module's own call
         resolved = route[4]
         if resolved is not None:  # the op's arguments, resolved once for this route
-            return _conv_op(*_autocast(input, weight, bias), *resolved)
+            return _conv_op(*_autocast(input, weight, bias), *resolved, route[5])
         padded, arguments = self._convwgrad_call(input, weight, bias)
         return grouped_conv(padded, *arguments)
 
     def _new_route(self, call, input, weight, bias):
         state = _global_state(input)  # read before routing: a change during it re-routes next time
-        route = self.__dict__[_ROUTE] = [call, state, GLOBAL_STATE_EVERY, *self._route(input, weight, bias)]
+        route = self.__dict__[_ROUTE] = [call, state, GLOBAL_STATE_EVERY, *self._route(input, weight, bias),
+                                         WeightGradMemo()]
         return route
 
     def _route(self, input, weight, bias):

@@ -11,7 +11,9 @@ with aten's ``convolution_backward`` conventions (symmetric padding, one int per
 
 import torch
 
+from convwgrad.provider.dispatch import _capturing, prepared_conv_weight as _prepared_conv_weight
 from convwgrad.provider.dispatch import conv_weight as _dispatch_conv_weight
+from convwgrad.provider.dispatch import is_enabled as _dispatch_enabled
 
 #: The ops are defined through ``torch.library.Library`` rather than ``torch.library.custom_op``:
 #: custom_op's Python wrappers (aliasing checks, keyset redispatch) cost ~13 us a call on a
@@ -31,11 +33,67 @@ _lib.define(
 
 def _conv_weight_impl(input, grad_output, weight_size, stride, padding, dilation, groups):
     """dW of ``conv(input, W, stride, padding, dilation, groups)`` given dL/d(output), in the
-    input's dtype; the arguments follow ``aten.convolution_backward`` (one padding per dim)."""
+    input's dtype; the arguments follow ``aten.convolution_backward`` (one padding per dim).
+    The op's own calls allocate their workspace per call (compiled graphs, CUDA-graph trees)."""
     # autograd may hand grad_output over in any strides: the prepared call copies what is
     # not already in the input's layout (decided once per signature)
     return _dispatch_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
+                                 match_layouts=True, keep_workspace=False)
+
+
+def _eager_conv_weight(input, grad_output, weight_size, stride, padding, dilation, groups):
+    """:func:`_conv_weight_impl` for :class:`EagerConv`'s backward: outside compiled graphs, so a
+    two-stage call reuses the workspace the dispatcher keeps for the thread and stream."""
+    return _dispatch_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups,
                                  match_layouts=True)
+
+
+class WeightGradMemo(list):
+    """Where a patched layer's route remembers its backward's prepared dW call (see
+    :func:`_remembered_weight_grad`). A prepared call holds launchers and compiled kernels, which
+    neither copy nor pickle: a copied or saved model (EMA, SWA, checkpoints) gets an empty memo."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return WeightGradMemo, ()
+
+    def __deepcopy__(self, memo):
+        return WeightGradMemo()
+
+    __copy__ = __deepcopy__
+
+
+def _remembered_weight_grad(memo, input, grad_output, weight, stride, padding, dilation, groups):
+    """dW for :class:`EagerConv`'s backward through the prepared call ``memo`` holds, where the
+    call matches the one it was prepared for; else the dispatcher's path, remembered in ``memo``.
+
+    ``memo`` belongs to one patched layer's route (patching._ROUTE), which fixes the input's shape,
+    strides and device, the convolution's arguments and the planning state (renewed as the route
+    is); what a call may still change is checked here: the input's dtype (autocast), grad_output's
+    strides and dtype (autograd's), whether convwgrad is on, whether the stream captures a CUDA
+    graph (whose route the dispatcher picks). Measured on the H200 machine inside autograd's engine
+    thread (tools/host_parts.py, session 10): the dispatcher's key and lookup took 22-55 us a call
+    over the prepared call it found. dW comes back in the weight's strides: allocated so where the
+    kernels' layout allows it, rather than re-strided after (an aten call)."""
+    signature = (input.dtype, grad_output.stride(), grad_output.dtype)
+    if memo and memo[0] == signature and _dispatch_enabled() and not _capturing(input.device):
+        out = None if memo[2] is None else torch.empty_strided(memo[2], weight.stride(), dtype=input.dtype,
+                                                                device=input.device)
+        return memo[1](input, grad_output, out)
+    weight_size = list(weight.shape)
+    grad_weight = _eager_conv_weight(input, grad_output, weight_size, stride, padding, dilation, groups)
+    prepared = _prepared_conv_weight(input, weight_size, grad_output, stride, padding, dilation, groups)
+    if prepared is not None:
+        same = grad_weight.is_contiguous() and _same_but_unit_dims(weight, grad_weight)
+        memo[:] = (signature, prepared, weight.shape if same else None)
+    return grad_weight
+
+
+def _same_but_unit_dims(weight, grad_weight) -> bool:
+    """Whether the weight's strides and dW's agree on every dim longer than 1 (they address the same
+    elements: a depthwise (C, 1, k, k) weight in channels_last against a contiguous dW)."""
+    return all(a == b for size, a, b in zip(weight.shape, weight.stride(), grad_weight.stride()) if size > 1)
 
 
 def _conv_weight_fake(input, grad_output, weight_size, stride, padding, dilation, groups):
@@ -63,7 +121,7 @@ def _in_layout_of(weight, grad_weight):
     """dW with the weight's strides, as stock torch hands it back: DDP lays its buckets out like the
     parameters and warns otherwise. A depthwise (C, 1, k, k) weight in channels_last differs from
     contiguous only in the stride of its size-1 dim, so it is re-strided without a copy."""
-    if all(a == b for size, a, b in zip(weight.shape, weight.stride(), grad_weight.stride()) if size > 1):
+    if _same_but_unit_dims(weight, grad_weight):
         return grad_weight.as_strided(weight.shape, weight.stride())
     return torch.empty_like(weight, dtype=grad_weight.dtype).copy_(grad_weight)
 
@@ -75,8 +133,9 @@ def _conv_setup_context(ctx, inputs, output):
 
 
 def _conv_backward(ctx, grad_output, weight_grad=conv_weight):
-    """dX and the bias gradient from torch, dW from ``weight_grad`` (the op, or in eager mode the
-    dispatcher-free call behind it)."""
+    """dX and the bias gradient from torch, dW from ``weight_grad``: the op, or in eager mode the
+    dispatcher-free call behind it, ``weight_grad(input, grad_output, weight, stride, padding,
+    dilation, groups)`` (see :class:`EagerConv`)."""
     input, weight = ctx.saved_tensors
     stride, padding, dilation, groups, has_bias = ctx.arguments
     wants_input, wants_weight, wants_bias = ctx.needs_input_grad[:3]
@@ -87,7 +146,10 @@ def _conv_backward(ctx, grad_output, weight_grad=conv_weight):
             False, [0] * len(stride), groups, [wants_input, False, has_bias and wants_bias],
         )
     if wants_weight:
-        grad_weight = weight_grad(input, grad_output, list(weight.shape), stride, padding, dilation, groups)
+        if weight_grad is conv_weight:
+            grad_weight = conv_weight(input, grad_output, list(weight.shape), stride, padding, dilation, groups)
+        else:
+            grad_weight = weight_grad(input, grad_output, weight, stride, padding, dilation, groups)
         if grad_weight.stride() != weight.stride():
             grad_weight = _in_layout_of(weight, grad_weight)
     return grad_input, grad_weight, grad_bias, None, None, None, None
@@ -105,15 +167,27 @@ class EagerConv(torch.autograd.Function):
     machine, so that cost is the step's. Under ``torch.compile`` the op is used (it traces)."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, stride, padding, dilation, groups):
+    def forward(ctx, input, weight, bias, stride, padding, dilation, groups, memo=None):
         _conv_setup_context(ctx, (input, weight, bias, stride, padding, dilation, groups), None)
+        ctx.memo = memo  # a patched layer's, kept with its route: see _remembered_weight_grad
         # aten::convolution through torch's native binding: the same dispatcher call as
         # _aten_conv's torch.ops one, ~4.5 us less Python on a 2-core CPU (the op's boxed call)
         return torch.convolution(input, weight, bias, stride, padding, dilation, False, [0] * len(stride), groups)
 
     @staticmethod
     def backward(ctx, grad_output):
-        return _conv_backward(ctx, grad_output, _conv_weight_impl)
+        memo = ctx.memo
+        if memo is None:
+            weight_grad = _plain_weight_grad
+        else:
+            def weight_grad(*arguments):
+                return _remembered_weight_grad(memo, *arguments)
+
+        return (*_conv_backward(ctx, grad_output, weight_grad), None)
+
+
+def _plain_weight_grad(input, grad_output, weight, stride, padding, dilation, groups):
+    return _eager_conv_weight(input, grad_output, list(weight.shape), stride, padding, dilation, groups)
 
 
 #: autograd's C++ apply of :class:`EagerConv`, without ``Function.apply``'s Python wrapper (default
@@ -122,9 +196,10 @@ class EagerConv(torch.autograd.Function):
 _apply_eager_conv = super(torch.autograd.Function, EagerConv).apply
 
 
-def eager_conv(input, weight, bias, stride, padding, dilation, groups):
+def eager_conv(input, weight, bias, stride, padding, dilation, groups, memo=None):
     """What ``conv`` computes, through :class:`EagerConv`; the op itself while compiling, with the
-    bias added outside it.
+    bias added outside it. ``memo``: a list a patched layer keeps with its route, where the
+    backward remembers its prepared dW call (see :func:`_remembered_weight_grad`); None: none.
 
     Inside the op a bias is aten's own add, an eager elementwise kernel over the whole output that
     inductor cannot fuse; inductor's lowering of a stock convolution adds the bias in the fused
@@ -138,4 +213,4 @@ def eager_conv(input, weight, bias, stride, padding, dilation, groups):
         return output + bias.view(1, -1, *([1] * (output.dim() - 2)))
     if torch._C._are_functorch_transforms_active():  # vmap, grad, ...: Function.apply's own path
         return EagerConv.apply(input, weight, bias, stride, padding, dilation, groups)
-    return _apply_eager_conv(input, weight, bias, stride, padding, dilation, groups)
+    return _apply_eager_conv(input, weight, bias, stride, padding, dilation, groups, memo)

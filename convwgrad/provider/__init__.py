@@ -4,7 +4,8 @@ Plugins and selectors depend on this package; it never imports theirs.
 """
 
 from .aot import CompiledKernel, IsaSummary, summarize_isa
-from .dispatch import LaunchRecord, conv1d_weight, conv2d_weight, conv3d_weight, dispatch_conv_grouped, record_launches
+from .dispatch import (LaunchRecord, conv1d_weight, conv2d_weight, conv3d_weight, dispatch_conv_grouped,
+                       record_launches, release_workspaces)
 from .manager import build_plugin_manager, families, get_plugin_manager, use_plugin_manager
 from .plan import Explanation, NoCandidateError, Plan, candidates, explain, plan
 from .problem import ConvProblem
@@ -17,5 +18,5 @@ __all__ = [
     "NoCandidateError", "PROFILES", "Plan", "TargetInfo", "Tile", "Verdict", "build_plugin_manager",
     "candidates", "conv1d_weight", "conv2d_weight", "conv3d_weight", "current_target",
     "dispatch_conv_grouped", "explain", "families", "get_plugin_manager", "hip_probe", "plan",
-    "record_launches", "reference_weight_grad", "relative_error", "summarize_isa", "use_plugin_manager",
+    "record_launches", "reference_weight_grad", "relative_error", "release_workspaces", "summarize_isa", "use_plugin_manager",
 ]

@@ -104,6 +104,38 @@ def _record(kernel_name: str, family: str, kernels, problem=None) -> None:
 _INTERPRETER_LOCK = threading.Lock()
 
 
+#: An eager two-stage call's fp32 partials go to a workspace kept per thread, device and stream
+#: (the caching allocator's torch.empty costs ~8-11 us of host time a call on the H200 machine
+#: inside autograd's engine thread, tools/backward_host.py): calls on one stream run in stream
+#: order, so a later call may reuse what an earlier one's reduction has finished reading; one
+#: thread's calls are sequential, so its launch pairs never interleave with another's. Allocated
+#: per call instead: workspaces above this many bytes (their kernels take milliseconds), every
+#: workspace while the stream captures a CUDA graph (the graph must own its memory), off CUDA, and
+#: in calls through the custom op: torch.compile's CUDA-graph trees run the op's first calls with
+#: the thread's allocations routed to the graph's pool, which must hold nothing that outlives them.
+KEPT_WORKSPACE_BYTES = 64 << 20
+#: (thread ident, device index, stream) -> uint8 tensor; :func:`release_workspaces` empties it
+_kept_workspaces: dict = {}
+
+
+def _workspace(nbytes: int, device) -> torch.Tensor:
+    """A uint8 workspace of at least ``nbytes`` for a call about to launch on ``device``'s current stream."""
+    if device.type != "cuda" or nbytes > KEPT_WORKSPACE_BYTES or _cuda_capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    key = (threading.get_ident(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    kept = _kept_workspaces.get(key)
+    if kept is None or kept.numel() < nbytes:
+        kept = _kept_workspaces[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return kept
+
+
+def release_workspaces() -> None:
+    """Let go of the workspaces kept for two-stage calls (at most KEPT_WORKSPACE_BYTES per thread,
+    device and stream that made one): the caching allocator then has them back, to reuse or to
+    return with ``torch.cuda.empty_cache()``. Calls after this keep new ones as needed."""
+    _kept_workspaces.clear()
+
+
 class _PreparedCall:
     """One call signature's bound launch: run it, allocate what it needs, record it."""
 
@@ -122,11 +154,12 @@ class _PreparedCall:
         self.adapt = adapt  # (input, grad_output) -> the pair the launch was bound to, or None
         self.problem = problem
 
-    def __call__(self, input, grad_output, out=None, workspace=None):
+    def __call__(self, input, grad_output, out=None, workspace=None, keep_workspace=True):
         if self.adapt is not None:
             input, grad_output = self.adapt(input, grad_output)
         if self.workspace_nbytes and workspace is None:
-            workspace = torch.empty(self.workspace_nbytes, dtype=torch.uint8, device=self.device)
+            workspace = (_workspace(self.workspace_nbytes, self.device) if keep_workspace else
+                         torch.empty(self.workspace_nbytes, dtype=torch.uint8, device=self.device))
         if self.serialise:
             with _INTERPRETER_LOCK:
                 dw = self.run(input, grad_output, out, workspace)
@@ -465,7 +498,7 @@ TORCH_KERNELS = ("aten.convolution_backward",)
 
 
 def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
-                match_layouts: bool = False):
+                match_layouts: bool = False, keep_workspace: bool = True):
     """dW like ``torch.nn.grad.conv*d_weight``; the prepared-call fast path.
 
     Inside a CUDA-graph capture a call takes the plan for graph launches (``TargetInfo.launch``),
@@ -475,6 +508,8 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
 
     ``match_layouts`` copies ``grad_output`` (and an input in neither layout) into the
     input's layout first, as the custom op does for the strides autograd hands it.
+    ``keep_workspace=False`` allocates a two-stage call's workspace for the call alone (see
+    :data:`KEPT_WORKSPACE_BYTES`): the custom op's calls.
     """
     if not is_enabled():
         return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups)
@@ -491,7 +526,20 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
                                                      groups, match_layouts)
         if key is not None:
             _keep_with_graph_route(key, prepared, graph_route, input.device)
-    return prepared(input, grad_output)
+    return prepared(input, grad_output, None, None, keep_workspace)
+
+
+def prepared_conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+    """The eager prepared call a :func:`conv_weight` call with these arguments and
+    ``match_layouts=True`` found or kept, or None (none kept: a signature that is validated on
+    every call). For a caller that remembers it per layer and calls it as ``prepared(input,
+    grad_output, out)``, checking on each call what its own key does not fix."""
+    try:
+        key = (_tensor_key(input), _tensor_key(grad_output), _exact_ints(weight_size), _exact_ints(stride),
+               _exact_ints(padding), _exact_ints(dilation), _exact_ints(groups), True)
+    except (AttributeError, TypeError):
+        return None
+    return None if None in key else _prepared.get(key)
 
 
 def _record_torch_route() -> None:

@@ -87,8 +87,10 @@ def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
 
     ``input`` and ``grad_output`` match ``problem`` (shape, dtype, device);
     ``out`` has shape ``problem.weight_size`` and the problem's dtype;
-    ``workspace`` is a uint8 tensor of :func:`convwgrad_workspace_nbytes`
-    bytes, or ``None`` when that is 0. Launch on the tensors' device.
+    ``workspace`` is a contiguous uint8 tensor of at least
+    :func:`convwgrad_workspace_nbytes` bytes (the dispatcher keeps one per
+    thread and stream, so it may be longer, and holds the last call's bytes),
+    or ``None`` when that is 0. Launch on the tensors' device.
 
     Return the list of kernels launched, by name, so callers can check what
     ran; ``None`` if ``spec`` belongs to another family.

@@ -141,3 +141,79 @@ def test_a_routed_model_still_copies_and_pickles():
     x = fresh_input(10)
     for other in (twin, loaded):
         assert torch.equal(other(x), patched(x))
+
+
+@pytest.fixture
+def dispatcher_calls(monkeypatch):
+    """The patched backward's calls that go through the dispatcher's key and lookup."""
+    from convwgrad.frameworks import torch_ops
+
+    calls = []
+    through = torch_ops._eager_conv_weight
+    monkeypatch.setattr(torch_ops, "_eager_conv_weight", lambda *a, **k: calls.append(1) or through(*a, **k))
+    return calls
+
+
+def _grads(module, x, grad_output):
+    module.zero_grad(set_to_none=True)
+    module(x).backward(grad_output)
+    return module.weight.grad
+
+
+def test_the_backward_remembers_its_prepared_call_and_checks_what_may_change(dispatcher_calls):
+    stock, patched = make_layer()
+    x = fresh_input(11)
+    dy = torch.randn(2, 8, 6, 6)
+    for step in range(3):
+        dy.normal_()
+        with convwgrad.record_launches() as log:
+            got = _grads(patched, x, dy)
+        assert [r.family for r in log] != [] and log[-1].family != "aten", log
+        torch.testing.assert_close(got, _grads(stock, x, dy), rtol=1e-4, atol=1e-4)
+        assert got.stride() == patched.weight.stride()
+    assert len(dispatcher_calls) == 1, "later calls should take the remembered prepared call"
+    memo = route_of(patched)[5]
+    assert len(memo) == 3 and memo[0] == (torch.float32, dy.stride(), torch.float32)
+
+    # grad_output in other strides (channels_last): the dispatcher again, and remembered in its place
+    dy_cl = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(_grads(patched, x, dy_cl), _grads(stock, x, dy_cl), rtol=1e-4, atol=1e-4)
+    assert len(dispatcher_calls) == 2 and memo[0][1] == dy_cl.stride()
+
+    # convwgrad switched off around the backward alone: torch's own dW, nothing launched
+    output = patched(x)
+    with convwgrad.disabled(), convwgrad.record_launches() as log:
+        patched.zero_grad(set_to_none=True)
+        output.backward(dy_cl)
+    assert log == []
+    torch.testing.assert_close(patched.weight.grad, _grads(stock, x, dy_cl), rtol=1e-4, atol=1e-4)
+
+
+def test_a_channels_last_weight_gets_its_dw_in_its_own_strides_without_restriding(dispatcher_calls):
+    stock, patched = make_layer()
+    stock, patched = (m.to(memory_format=torch.channels_last) for m in (stock, patched))
+    x = fresh_input(12)
+    dy = torch.randn(2, 8, 6, 6)
+    for _ in range(2):
+        got = _grads(patched, x, dy)
+        assert got.stride() == patched.weight.stride() == stock.weight.stride()
+        torch.testing.assert_close(got, _grads(stock, x, dy), rtol=1e-4, atol=1e-4)
+    assert len(dispatcher_calls) == 1 and route_of(patched)[5][2] is not None
+
+
+def test_a_remembered_call_is_neither_copied_nor_pickled():
+    import io
+
+    _, patched = make_layer()
+    x, dy = fresh_input(13), torch.randn(2, 8, 6, 6)
+    _grads(patched, x, dy)
+    assert len(route_of(patched)[5]) == 3
+    twin = copy.deepcopy(patched)
+    buffer = io.BytesIO()
+    torch.save(patched, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    expected = _grads(patched, x, dy)
+    for other in (twin, loaded):
+        assert len(route_of(other)[5]) == 0
+        torch.testing.assert_close(_grads(other, x, dy), expected, rtol=0, atol=0)

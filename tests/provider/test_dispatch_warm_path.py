@@ -319,3 +319,56 @@ def test_whole_call_families_give_a_plain_dw_for_inputs_that_require_grad(with_o
     assert dw.grad_fn is None and (out is None or dw is out)
     ref = torch.nn.grad.conv2d_weight(x.detach().double(), ws, dy.double(), padding=1, groups=16)
     assert relative_error(dw, ref) < 1e-6
+
+
+@pytest.fixture
+def workspace_requests(monkeypatch):
+    """Every two-stage call's workspace request: "kept" (the dispatcher's per-thread, per-stream
+    one) or "per call", with a split-K plan pinned so the CPU's calls have a workspace."""
+    from convwgrad.provider import dispatch
+    from convwgrad.provider.plan import plan as real_plan
+
+    requests = []
+    workspace = dispatch._workspace
+    monkeypatch.setattr(dispatch, "_workspace", lambda nbytes, device: requests.append("kept") or workspace(
+        nbytes, device))
+    monkeypatch.setattr(dispatch, "make_plan", lambda problem, target=None: real_plan(
+        problem, target, family="wgrad_splitk", split_k=2))
+    clear_prepared_calls()
+    yield requests
+    clear_prepared_calls()
+
+
+def test_eager_calls_keep_the_workspace_and_the_op_allocates_its_own(workspace_requests, no_tf32):
+    """The custom op runs inside compiled graphs, whose CUDA-graph trees route the thread's
+    allocations to the graph's pool while warming up: a workspace kept from there would outlive it."""
+    import convwgrad.frameworks  # noqa: F401  (registers the ops)
+
+    problem = ConvProblem.build(batch=2, groups=4, in_channels=4, input_size=(5, 6), filter_size=3, padding=1,
+                                dtype="fp32", layout="channels_last")
+    x, dy = make_inputs(problem, DEVICE)
+    reference = torch_weight_grad(x.double(), problem.weight_size, dy.double(), 1, 1, 1, 4)
+    for call in (lambda: convwgrad.conv2d_weight(x, problem.weight_size, dy, 1, 1, 1, 4),
+                 lambda: torch.ops.convwgrad.conv_weight(x, dy, list(problem.weight_size), [1, 1], [1, 1], [1, 1], 4)):
+        for _ in range(2):
+            with convwgrad.record_launches() as log:
+                dw = call()
+            assert log[-1].family == "wgrad_splitk" and len(log[-1].kernels) == 2, log
+            assert relative_error(dw, reference) < 1e-5
+    assert workspace_requests == ["kept", "kept"], workspace_requests
+
+    weight = torch.randn(problem.weight_size, dtype=x.dtype, device=x.device, requires_grad=True)
+    from convwgrad.frameworks.torch_ops import eager_conv
+
+    eager_conv(x, weight, None, [1, 1], [1, 1], [1, 1], 4).backward(dy)
+    assert workspace_requests == ["kept"] * 3, "EagerConv's backward should ask for the kept workspace"
+    assert relative_error(weight.grad, reference) < 1e-5
+
+
+def test_off_cuda_no_workspace_is_kept():
+    from convwgrad.provider import dispatch
+
+    convwgrad.release_workspaces()
+    first, second = (dispatch._workspace(64, torch.device("cpu")) for _ in range(2))
+    assert first.numel() == second.numel() == 64 and first.data_ptr() != second.data_ptr()
+    assert not dispatch._kept_workspaces

@@ -87,3 +87,117 @@ def test_warm_aligned_calls_skip_the_jit(monkeypatch):
             convwgrad.conv1d_weight(x, (256, 1, 31), dy, 1, 15, 1, 256)
     assert [r.family for r in log] == ["wgrad_merged"] * 5
     assert len(jit_runs) <= 1, f"{len(jit_runs)} of 5 calls went through the JIT"
+
+
+def _two_stage_layer(n=8, channels=256, width=200):
+    """The 1-D k=31 layer planned for wgrad_merged with split-K: its fp32 partials use the workspace."""
+    x = torch.randn(n, channels, width, device="cuda", dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
+    dy = torch.randn_like(x)
+    problem = convwgrad.ConvProblem.from_tensors(x, (channels, 1, 31), dy, 1, 15, 1, channels)
+    return x, dy, problem
+
+
+def _dw(x, dy, problem):
+    return convwgrad.conv1d_weight(x, problem.weight_size, dy, 1, 15, 1, problem.groups)
+
+
+def test_the_kept_workspace_is_one_per_stream_reused_poisoned_and_released():
+    from convwgrad.provider import dispatch
+
+    x, dy, problem = _two_stage_layer()
+    if not convwgrad.plan(problem).workspace_nbytes:
+        pytest.skip("the layer is planned with one stage here: no workspace to keep")
+    convwgrad.release_workspaces()
+    _dw(x, dy, problem)
+    kept = dict(dispatch._kept_workspaces)
+    assert len(kept) == 1, kept.keys()
+    (key, buffer), = kept.items()
+    for step in range(3):  # stale NaNs from "the last call" must never reach dW: stage 1 writes every partial
+        torch.cuda.synchronize()
+        buffer.view(torch.float32)[: buffer.numel() // 4].fill_(float("nan"))
+        x.normal_(), dy.normal_()
+        dw = _dw(x, dy, problem)
+        assert dispatch._kept_workspaces[key] is buffer, "the kept workspace was not reused"
+        err = relative_error(dw, reference_weight_grad(problem, x, dy, device="cuda"))
+        assert err < 8e-3, f"call {step}: relative error {err:.2e}"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        side_dw = _dw(x, dy, problem)
+    torch.cuda.current_stream().wait_stream(side)
+    assert len(dispatch._kept_workspaces) == 2, "a second stream must keep its own workspace"
+    assert torch.equal(side_dw, _dw(x, dy, problem)), "the same call on another stream differs"
+    convwgrad.release_workspaces()
+    assert not dispatch._kept_workspaces
+
+
+def test_a_capture_allocates_its_own_workspace():
+    from convwgrad.provider import dispatch
+
+    x, dy, problem = _two_stage_layer()
+    if not convwgrad.plan(problem).workspace_nbytes:
+        pytest.skip("the layer is planned with one stage here: no workspace to keep")
+    _dw(x, dy, problem)  # warm, outside capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    convwgrad.release_workspaces()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        dw = _dw(x, dy, problem)
+    assert not dispatch._kept_workspaces, "a captured call kept a workspace the graph does not own"
+    for _ in range(2):
+        x.normal_(), dy.normal_()
+        _dw(x, dy, problem)  # an eager call between replays, with its own (kept) workspace
+        graph.replay()
+        torch.cuda.synchronize()
+        assert relative_error(dw, reference_weight_grad(problem, x, dy, device="cuda")) < 8e-3
+
+
+def test_threads_on_one_stream_never_share_partials():
+    """Two host threads launching two-stage calls onto the same (default) stream: each thread's
+    stage 1 / stage 2 pairs may interleave with the other's, so each must own its workspace."""
+    import threading
+
+    layers = [_two_stage_layer(n=n, width=w) for n, w in ((8, 200), (4, 333), (6, 257))]
+    expected = [reference_weight_grad(p, x, dy, device="cuda") for x, dy, p in layers]
+    errors = []
+
+    def work(index):
+        x, dy, problem = layers[index % len(layers)]
+        for _ in range(30):
+            err = relative_error(_dw(x, dy, problem), expected[index % len(layers)])
+            if not err < 8e-3:
+                errors.append((index, err))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+def test_warm_launches_take_the_c_launcher_and_still_call_live_hooks():
+    """On the Triton release whose launcher was read (C_LAUNCH_TRITON), an armed KernelLaunch calls
+    the compiled C launch; a profiler's enter hook is still called once per launch."""
+    import gc
+
+    from convwgrad.provider.blocks import launch
+
+    knobs = pytest.importorskip("triton.knobs")
+    x, dy, problem = _two_stage_layer()
+    _dw(x, dy, problem)
+    armed = [k for k in gc.get_objects() if isinstance(k, launch.KernelLaunch) and k.compiled is not None]
+    assert armed, "no KernelLaunch was armed by a warm call"
+    if launch._triton_release() in launch.C_LAUNCH_TRITON:
+        assert all(k.c_launch is not None for k in armed), [k.kernel.__name__ for k in armed if k.c_launch is None]
+    seen = []
+    previous = knobs.runtime.launch_enter_hook
+    knobs.runtime.launch_enter_hook = seen.append
+    try:
+        with convwgrad.record_launches() as log:
+            dw = _dw(x, dy, problem)
+    finally:
+        knobs.runtime.launch_enter_hook = previous
+    assert len(seen) == len(log[-1].kernels), (len(seen), log[-1].kernels)
+    assert relative_error(dw, reference_weight_grad(problem, x, dy, device="cuda")) < 8e-3

@@ -47,6 +47,12 @@ MAX_SPLIT_K = 1024
 INT32_LIMIT = INT32_OFFSET_LIMIT
 
 
+#: torch's own getter behind torch.cuda.current_device() (which adds a Python frame and a lazy-init
+#: check: ~1 us of host time a call on the H200 machine); CUDA is initialised by the time a bound
+#: launch runs on a CUDA device
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.cuda.current_device())
+
+
 def padded3(values, fill):
     """A 1-, 2- or 3-tuple of spatial values left-padded to 3 with ``fill``."""
     values = tuple(values)
@@ -215,9 +221,10 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
         nbytes = workspace_nbytes(problem, spec)
 
         def launch_stages(x, dy, out, workspace):
-            # the workspace a prepared call allocates is nbytes exactly: one view, no slice (an aten
-            # op, a few us of host time on every warm call); a caller's larger one is sliced
-            partials = (workspace if workspace.numel() == nbytes else workspace[:nbytes]).view(torch.float32)
+            # the stages address only their nbytes: a larger workspace (the dispatcher's kept one, a
+            # caller's) is viewed whole, with no slice (an aten op, a few us of host time a call),
+            # unless its length is no whole number of floats
+            partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
             first(x, dy, partials)
             second(partials, out)
 
@@ -231,7 +238,7 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
     def run(x, dy, out, workspace):
         if out is None:
             out = torch.empty(size, dtype=dtype, device=device)
-        if device_index is not None and torch.cuda.current_device() != device_index:
+        if device_index is not None and _current_cuda_device() != device_index:
             with torch.cuda.device(device_index):  # Triton launches on the current device
                 launch_stages(x, dy, out, workspace)
         else:
@@ -246,14 +253,39 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
 #: launch_metadata, enter_hook, exit_hook, *every bound argument)``: 3.9 here, 3.6 on the H200
 #: machine. Any other release launches through the JIT on every call.
 DIRECT_LAUNCH_TRITON = ("3.6", "3.9")
+#: Releases whose ``compiled.run`` (a CudaLauncher) was read to call its compiled C ``launch`` the
+#: same way it does, ``launch(grid_x, grid_y, grid_z, stream, function, cooperative, pdl,
+#: global_scratch, profile_scratch, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``,
+#: where the kernel needs no scratch: 3.6 (the H200 machine's; 3.9's launcher takes other arguments).
+C_LAUNCH_TRITON = ("3.6",)
+
+
+def _triton_release() -> str:
+    import triton
+
+    return ".".join(triton.__version__.split(".")[:2])
 
 
 def direct_launch_supported() -> bool:
-    import triton
-
     if _triton_knobs is None:  # the launch hooks the direct launch must honour live there
         return False
-    return ".".join(triton.__version__.split(".")[:2]) in DIRECT_LAUNCH_TRITON
+    return _triton_release() in DIRECT_LAUNCH_TRITON
+
+
+def _c_launch(compiled):
+    """(launch, cooperative, pdl) of ``compiled``'s CUDA launcher where its compiled C launch can be
+    called directly (see C_LAUNCH_TRITON), else None.
+
+    ``CudaLauncher.__call__`` is a Python frame around it that defines two closures and asks two
+    allocators for scratch on every launch; kernels with no scratch need none of it."""
+    if _triton_release() not in C_LAUNCH_TRITON:
+        return None
+    run = compiled.run
+    launch = getattr(run, "launch", None)
+    if (type(run).__name__ != "CudaLauncher" or type(launch).__name__ != "builtin_function_or_method"
+            or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)):
+        return None  # a tensor-descriptor wrapper, or a kernel that needs scratch: the launcher's own call
+    return launch, run.launch_cooperative_grid, run.launch_pdl
 
 
 class KernelLaunch:
@@ -268,37 +300,53 @@ class KernelLaunch:
     16-byte alignment, which is checked on every call: a tensor that is not 16-byte aligned, or
     a device_index of None (interpreter, HIP: not checked there) takes the JIT. Launch hooks
     (``knobs.runtime.launch_enter_hook``/``launch_exit_hook``, which profilers set) are honoured
-    as the JIT honours them: with their launch metadata."""
+    as the JIT honours them: with their launch metadata.
 
-    __slots__ = ("kernel", "grid", "tail", "num_warps", "num_stages", "device_index", "compiled")
+    Pointers are passed as ints (the addresses the alignment check reads anyway): given a
+    tensor, Triton's launcher calls its ``data_ptr()`` and asks the driver whether the address is
+    device memory (``cuPointerGetAttribute``) on every launch; a prepared call's tensors were
+    checked to be on its device when it was bound. Where :func:`_c_launch` allows, the launcher's
+    compiled C function is called without its Python frame."""
+
+    __slots__ = ("kernel", "grid", "tail", "num_warps", "num_stages", "device_index", "compiled", "c_launch")
 
     def __init__(self, kernel, grid, tail, num_warps, num_stages, device_index):
         self.kernel, self.grid, self.tail = kernel, grid, tail
         self.num_warps, self.num_stages = num_warps, num_stages
         self.device_index = device_index
         self.compiled = None
+        self.c_launch = None
 
     def __call__(self, *tensors):
         compiled = self.compiled
-        pointers = 0
-        for t in tensors:  # a loop, not any(<generator>): this runs on every warm launch
-            pointers |= t.data_ptr()
-        if compiled is not None and not pointers & 15:
-            grid = self.grid
-            stream = torch._C._cuda_getCurrentRawStream(self.device_index)
-            runtime = _triton_knobs.runtime
-            # Triton 3.6+ installs empty HookChains: one that calls nothing is no hook, and its launch
-            # metadata (~5 us of Python a launch on the H200 host, tools/backward_host.py) is skipped
-            enter = _live_hook(runtime.launch_enter_hook)
-            leave = _live_hook(runtime.launch_exit_hook)
-            metadata = (None if enter is None and leave is None
-                        else compiled.launch_metadata(grid, stream, *tensors, *self.tail))
-            compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
-                         enter, leave, *tensors, *self.tail)
-            return
+        if compiled is not None:
+            pointers = [t.data_ptr() for t in tensors]
+            aligned = 0
+            for pointer in pointers:  # a loop, not any(<generator>): this runs on every warm launch
+                aligned |= pointer
+            if not aligned & 15:
+                grid = self.grid
+                stream = torch._C._cuda_getCurrentRawStream(self.device_index)
+                runtime = _triton_knobs.runtime
+                # Triton 3.6+ installs empty HookChains: one that calls nothing is no hook, and its launch
+                # metadata (~5 us of Python a launch on the H200 host, tools/backward_host.py) is skipped
+                enter = _live_hook(runtime.launch_enter_hook)
+                leave = _live_hook(runtime.launch_exit_hook)
+                metadata = (None if enter is None and leave is None
+                            else compiled.launch_metadata(grid, stream, *tensors, *self.tail))
+                c_launch = self.c_launch
+                if c_launch is not None:
+                    launch, cooperative, pdl = c_launch
+                    launch(grid[0], grid[1], grid[2], stream, compiled.function, cooperative, pdl, None, None,
+                           compiled.packed_metadata, metadata, enter, leave, *pointers, *self.tail)
+                else:
+                    compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                                 metadata, enter, leave, *pointers, *self.tail)
+                return
         compiled = self.kernel[self.grid](*tensors, *self.tail, num_warps=self.num_warps, num_stages=self.num_stages)
         if self.device_index is not None and compiled is not None and not any(t.data_ptr() & 15 for t in tensors):
             self.compiled = compiled  # specialised for aligned pointers: reused only for aligned ones
+            self.c_launch = _c_launch(compiled)
 
 
 def _live_hook(hook):
