@@ -10,7 +10,8 @@ from convwgrad.provider.plan import Plan, plan
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.target import current_target, launched
 
-from .patching import _NOT_A_PROBLEM, _autocast, _ints, _layer_problem, _resolve_padding
+from .patching import _autocast, _ints, _resolve_padding
+from .torch_ops import _NOT_A_PROBLEM, _layer_problem
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 

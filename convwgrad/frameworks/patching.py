@@ -20,12 +20,8 @@ from torch import nn
 from convwgrad.provider.dispatch import (  # noqa: F401  (disabled, set_enabled: re-exported)
     _state as _switch, cached_for_planning, disabled, is_enabled, planning_generation, set_enabled,
 )
-from convwgrad.provider.layout import layout_of
-from convwgrad.provider.plan import plan
-from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.target import current_target
 
-from .torch_ops import WeightGradMemo
+from .torch_ops import WeightGradMemo, planned_for_torch
 from .torch_ops import eager_conv as _conv_op
 
 # the modules themselves (their names in convwgrad.provider are functions): a patched layer reads
@@ -80,32 +76,16 @@ def _autocast(input, weight, bias):
     return cast(input), cast(weight), cast(bias)
 
 
-_NOT_A_PROBLEM = object()
-
-
-def _layer_problem(input, weight, stride, padding, dilation, groups):
-    try:
-        return ConvProblem.build(
-            batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
-            input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
-            padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
-        )
-    except ValueError:
-        return _NOT_A_PROBLEM
-
-
 def _routed_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
-    problem = _layer_problem(input, weight, stride, padding, dilation, groups)
-    if problem is _NOT_A_PROBLEM:
-        return True  # not a problem convwgrad poses: torch's own call (and its own error, if any)
-    return plan(problem, current_target(input.device)).family == "aten"
+    return planned_for_torch(input, weight, stride, padding, dilation, groups)
 
 
 def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
     """Whether ``plan()`` gives this layer's dW to torch's own kernel (the aten family): the
     layer then runs stock torch, with none of the custom op's cost. Kept per layer signature
-    until anything plan() reads changes. Under ``torch.compile`` the op is always used and
-    decides inside the graph (plan() is not traced)."""
+    until anything plan() reads changes. Under ``torch.compile`` the op is always used (dynamo
+    does not trace plan()); its backward, traced by AOTAutograd on fake tensors, is stock torch's
+    where plan() allows (``torch_ops._stock_backward``)."""
     if torch.compiler.is_compiling():
         return False
     key = ("routes_to_torch", input.shape, input.stride(), input.dtype, input.device, weight.shape,

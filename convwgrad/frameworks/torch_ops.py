@@ -9,11 +9,18 @@ with aten's ``convolution_backward`` conventions (symmetric padding, one int per
 
 """
 
+import sys
+
 import torch
 
-from convwgrad.provider.dispatch import _capturing, prepared_conv_weight as _prepared_conv_weight
+from convwgrad.provider.dispatch import _capturing, cached_for_planning, graph_routes_apply
+from convwgrad.provider.dispatch import prepared_conv_weight as _prepared_conv_weight
 from convwgrad.provider.dispatch import conv_weight as _dispatch_conv_weight
 from convwgrad.provider.dispatch import is_enabled as _dispatch_enabled
+from convwgrad.provider.layout import layout_of
+from convwgrad.provider.plan import plan
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.target import current_target, launched
 
 #: The ops are defined through ``torch.library.Library`` rather than ``torch.library.custom_op``:
 #: custom_op's Python wrappers (aliasing checks, keyset redispatch) cost ~13 us a call on a
@@ -117,6 +124,59 @@ conv_weight = torch.ops.convwgrad.conv_weight.default
 conv = torch.ops.convwgrad.conv.default
 
 
+_NOT_A_PROBLEM = object()
+
+
+def _layer_problem(input, weight, stride, padding, dilation, groups):
+    try:
+        return ConvProblem.build(
+            batch=input.shape[0], groups=groups, in_channels=input.shape[1], out_channels=weight.shape[0],
+            input_size=tuple(input.shape[2:]), filter_size=tuple(weight.shape[2:]), stride=tuple(stride),
+            padding=tuple(padding), dilation=tuple(dilation), dtype=input.dtype, layout=layout_of(input),
+        )
+    except ValueError:
+        return _NOT_A_PROBLEM
+
+
+def planned_for_torch(input, weight, stride, padding, dilation, groups, *, graph_launches=False) -> bool:
+    """Whether plan() gives this layer's dW to torch's own kernel (the aten family), for eager
+    launches, and with ``graph_launches`` for launches from CUDA graphs too (where the dispatcher
+    replans them); a layer that is no problem convwgrad poses is torch's."""
+    problem = _layer_problem(input, weight, stride, padding, dilation, groups)
+    if problem is _NOT_A_PROBLEM:
+        return True  # not a problem convwgrad poses: torch's own call (and its own error, if any)
+    target = current_target(input.device)
+    targets = (target, launched(target, "graph")) if graph_launches and graph_routes_apply(target) else (target,)
+    return all(plan(problem, each).family == "aten" for each in targets)
+
+
+def _graph_launches_possible() -> bool:
+    """Whether the op's backward may be launched from a CUDA graph: in a graph torch.compile traces,
+    only where inductor's CUDA graphs are on (``mode="reduce-overhead"``, which sets
+    ``triton.cudagraphs`` while it traces); called eagerly, always (the caller may capture it)."""
+    if not torch.compiler.is_compiling():
+        return True
+    config = sys.modules.get("torch._inductor.config")
+    return bool(config is not None and config.triton.cudagraphs)
+
+
+def _stock_backward(input, weight, stride, padding, dilation, groups) -> bool:
+    """Whether the op's backward is stock torch's whole ``convolution_backward`` (dX, dW and the bias
+    gradient in one call): where plan() gives dW to torch for every launch the backward may get.
+    torch.compile traces this backward with fake tensors, so a compiled graph holds the stock call
+    rather than dX plus the opaque dW op, which a compiled step paid on every layer (H200,
+    ConvNeXt-T N=64 channels_last, all 18 layers planned for torch, torch.compile's default mode:
+    0.88-0.95x stock; the op's calls 0.815 ms a step under torch.profiler; session 10). Shapes that
+    are symbolic (dynamic shapes) cannot be planned while tracing: the op decides on every call."""
+    if any(isinstance(v, torch.SymInt) for v in (*input.shape, *input.stride(), *weight.shape)):
+        return False
+    graph_launches = _graph_launches_possible()
+    key = ("stock op backward", tuple(input.shape), input.stride(), input.dtype, input.device, tuple(weight.shape),
+           tuple(stride), tuple(padding), tuple(dilation), groups, graph_launches)
+    return cached_for_planning(key, lambda: planned_for_torch(input, weight, stride, padding, dilation, groups,
+                                                              graph_launches=graph_launches))
+
+
 def _in_layout_of(weight, grad_weight):
     """dW with the weight's strides, as stock torch hands it back: DDP lays its buckets out like the
     parameters and warns otherwise. A depthwise (C, 1, k, k) weight in channels_last differs from
@@ -140,6 +200,13 @@ def _conv_backward(ctx, grad_output, weight_grad=conv_weight):
     stride, padding, dilation, groups, has_bias = ctx.arguments
     wants_input, wants_weight, wants_bias = ctx.needs_input_grad[:3]
     grad_input = grad_weight = grad_bias = None
+    if weight_grad is conv_weight and wants_weight and _stock_backward(input, weight, stride, padding, dilation,
+                                                                       groups):
+        grad_input, grad_weight, grad_bias = torch.ops.aten.convolution_backward.default(
+            grad_output, input, weight, [weight.shape[0]] if has_bias else None, stride, padding, dilation,
+            False, [0] * len(stride), groups, [wants_input, True, has_bias and wants_bias],
+        )
+        return grad_input, grad_weight, grad_bias, None, None, None, None
     if wants_input or (has_bias and wants_bias):
         grad_input, _, grad_bias = torch.ops.aten.convolution_backward.default(
             grad_output, input, weight, [weight.shape[0]] if has_bias else None, stride, padding, dilation,

@@ -326,6 +326,12 @@ _GRAPH_BACKENDS = ("cuda",)
 _GRAPH_ROUTES = os.environ.get("CONVWGRAD_GRAPH_ROUTES", "1") != "0"
 
 
+def graph_routes_apply(target) -> bool:
+    """Whether calls planned for ``target`` take a separate plan for graph launches when a CUDA
+    graph records them (see :func:`_warm_graph_route`)."""
+    return _GRAPH_ROUTES and target.backend in _GRAPH_BACKENDS and target.launch != "graph"
+
+
 def _graph_key(key):
     return ("graph launch", key)
 
@@ -343,7 +349,7 @@ def _warm_graph_route(problem, plan, input, grad_output, out, adapt):
     capture keeps the eager plan. The run is one extra dW per signature, once, and only where the
     router plans graph launches otherwise (CONVWGRAD_GRAPH_ROUTES=0 turns it off). A tuning-cache
     entry is measured best for both launches, so a tuned signature has no graph route."""
-    if not _GRAPH_ROUTES or plan.target.backend not in _GRAPH_BACKENDS or plan.target.launch == "graph":
+    if not graph_routes_apply(plan.target):
         return None
     if _capturing(input.device):
         return None  # first seen inside a capture: the route's kernels cannot be loaded now

@@ -4,6 +4,7 @@ patched model's gradients equal the compiled stock model's, and one layer throug
 runs inside the compiled backward. fp32, tiny shapes: inductor's C++ compile dominates (about
 30 s cold, a few seconds once its cache under /tmp is warm)."""
 
+import contextlib
 import copy
 
 import pytest
@@ -126,3 +127,82 @@ def test_compiled_biased_layers_of_every_rank_match_stock_gradients(rank):
                       model.bias.grad if model is stock else patched.bias.grad))
     for want, got, name in zip(grads[0], grads[1], ("dX", "dW", "dbias")):
         assert relative_error(got, want.double()) < FP32_TOL, name
+
+
+def _compiled_backward_targets(model, x, dynamic):
+    """The call targets of the backward graph AOTAutograd traces for ``model(x).sum()``, and dX."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    targets = []
+
+    def forward_compiler(gm, example_inputs):
+        return gm.forward
+
+    def backward_compiler(gm, example_inputs):
+        targets.extend(node.target for node in gm.graph.nodes if node.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    leaf = x.clone().requires_grad_()
+    backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler)
+    torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=True)(leaf).sum().backward()
+    return targets, leaf.grad
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_compiled_layer_planned_for_torch_backpropagates_through_one_stock_call(dynamic):
+    """Where plan() gives dW to torch for eager and graph launches, the compiled backward is
+    stock's single convolution_backward (dX, dW, dbias), not dX plus the opaque dW op (~45 us of
+    host time a layer on the H200); planned for a convwgrad family, or traced with symbolic
+    shapes, it keeps the op. Gradients equal stock torch's either way."""
+    from convwgrad.provider.manager import build_plugin_manager, use_plugin_manager
+
+    torch.manual_seed(0)
+    stock = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    x = torch.randn(2, 8, 6, 6)
+    reference = x.clone().requires_grad_()
+    stock(reference).sum().backward()
+    only_aten = build_plugin_manager(default_plugins=("convwgrad.plugins.aten_fallback:plugin", "convwgrad.selectors"),
+                                     load_entrypoints=False)
+    for manager, op_expected in ((None, True), (only_aten, dynamic)):
+        patched = convwgrad.patch(copy.deepcopy(stock))
+        with use_plugin_manager(manager) if manager is not None else contextlib.nullcontext():
+            targets, dx = _compiled_backward_targets(patched, x, dynamic)
+        ops = [t for t in targets if t is torch.ops.convwgrad.conv_weight.default]
+        backwards = [t for t in targets if t is torch.ops.aten.convolution_backward.default]
+        assert bool(ops) == op_expected and len(backwards) == 1, targets
+        assert relative_error(patched.weight.grad, stock.weight.grad.double()) < FP32_TOL
+        assert relative_error(patched.bias.grad, stock.bias.grad.double()) < FP32_TOL
+        assert relative_error(dx, reference.grad.double()) < FP32_TOL
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True])
+def test_the_compiled_backward_weighs_graph_launches_only_under_inductors_cuda_graphs(monkeypatch, cudagraphs):
+    """A layer whose dW is torch's for eager launches but a convwgrad family's for graph launches:
+    compiled without CUDA graphs its backward is stock's single call; with inductor's CUDA graphs
+    (mode="reduce-overhead" sets triton.cudagraphs while it traces) it keeps the op, whose graph
+    route the capture takes. Simulated on the CPU: the interpreter counts as a graph backend and a
+    router gives graph launches wgrad_splitk, eager ones torch."""
+    import torch._inductor.config as inductor_config
+
+    from convwgrad.frameworks import torch_ops
+    from convwgrad.provider import dispatch
+
+    monkeypatch.setattr(dispatch, "_GRAPH_BACKENDS", (*dispatch._GRAPH_BACKENDS, "interpreter", "cpu"))
+    monkeypatch.setattr(dispatch, "_GRAPH_ROUTES", True)
+    real_plan = torch_ops.plan
+    monkeypatch.setattr(torch_ops, "plan", lambda problem, target: real_plan(
+        problem, target, family="wgrad_splitk" if target.launch == "graph" else "aten"))
+    dispatch.clear_prepared_calls()  # also what _stock_backward keeps per signature
+    torch.manual_seed(2)
+    stock = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    patched = convwgrad.patch(copy.deepcopy(stock))
+    x = torch.randn(2, 8, 6, 6)
+    with inductor_config.patch({"triton.cudagraphs": cudagraphs}):
+        targets, _ = _compiled_backward_targets(patched, x, dynamic=False)
+    ops = [t for t in targets if t is torch.ops.convwgrad.conv_weight.default]
+    assert bool(ops) == cudagraphs, targets
+    reference = x.clone().requires_grad_()
+    stock(reference).sum().backward()
+    assert relative_error(patched.weight.grad, stock.weight.grad.double()) < FP32_TOL
+    dispatch.clear_prepared_calls()  # nothing this router decided outlives the test
