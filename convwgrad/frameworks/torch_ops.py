@@ -116,7 +116,17 @@ def _aten_conv(input, weight, bias, stride, padding, dilation, groups):
 _lib.impl("conv_weight", _conv_weight_impl, "CompositeExplicitAutograd")
 _lib.impl("conv", _aten_conv, "CompositeExplicitAutograd")
 torch.library.register_fake("convwgrad::conv_weight", _conv_weight_fake, lib=_lib)
-torch.library.register_fake("convwgrad::conv", _aten_conv, lib=_lib)
+
+
+def _conv_fake(input, weight, bias, stride, padding, dilation, groups):
+    """The op's fake kernel: torch.compile runs it while tracing, which is when inductor's pass
+    that lowers the op's forward is put in place (see :func:`_lower_forward_in_inductor`)."""
+    if not _forward_lowering_installed:
+        _lower_forward_in_inductor()
+    return _aten_conv(input, weight, bias, stride, padding, dilation, groups)
+
+
+torch.library.register_fake("convwgrad::conv", _conv_fake, lib=_lib)
 
 #: the dW provider a framework backend calls where it would call cuDNN's weight gradient
 conv_weight = torch.ops.convwgrad.conv_weight.default
@@ -175,6 +185,74 @@ def _stock_backward(input, weight, stride, padding, dilation, groups) -> bool:
            tuple(stride), tuple(padding), tuple(dilation), groups, graph_launches)
     return cached_for_planning(key, lambda: planned_for_torch(input, weight, stride, padding, dilation, groups,
                                                               graph_launches=graph_launches))
+
+
+_forward_lowering_installed = False
+
+
+def _lower_forward_in_inductor() -> None:
+    """Put :class:`_ConvForwardToAten` among inductor's post-grad passes, once, after a pass of
+    the user's if there is one.
+
+    The op exists in a compiled graph only to carry convwgrad's backward; once AOTAutograd has
+    split the forward from the backward, the forward's op is exactly ``aten.convolution``. Left as
+    the op, inductor calls it through the dispatcher and its Python implementation on every layer
+    and step (0.57 ms of host time a ConvNeXt-T step, 18 layers, H200, torch.profiler, session
+    10), and cannot plan its layout; rewritten, inductor lowers it as a stock convolution. Called
+    from the op's fake kernel, so only programs that trace the op import inductor's config."""
+    global _forward_lowering_installed
+    _forward_lowering_installed = True
+    try:
+        from torch._inductor import config
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+    except ImportError:  # a torch without inductor: nothing to lower
+        return
+    current = config.post_grad_custom_post_pass
+    if isinstance(current, _ConvForwardToAten) or getattr(current, "convwgrad_forward", False):
+        return
+    config.post_grad_custom_post_pass = _ConvForwardToAten.make(CustomGraphPass, current)
+
+
+class _ConvForwardToAten:
+    """An inductor post-grad pass: each ``convwgrad.conv`` node becomes ``aten.convolution`` with
+    the same operands (not transposed, no output padding), then the pass it was chained after, if
+    any, runs. Built on inductor's CustomGraphPass (whose uuid keeps the FX graph cache on)."""
+
+    @staticmethod
+    def make(base, chained):
+        class ConvForwardToAten(base):
+            convwgrad_forward = True
+
+            def __call__(self, graph):
+                _rewrite_conv_nodes(graph)
+                if chained is not None:
+                    chained(graph)
+
+            def uuid(self):
+                from torch._inductor.custom_graph_pass import get_hash_for_files
+
+                theirs = chained.uuid() if hasattr(chained, "uuid") else (None if chained is None else repr(chained))
+                return (get_hash_for_files((__file__,)), theirs)
+
+        return ConvForwardToAten()
+
+
+def _rewrite_conv_nodes(graph) -> int:
+    """Rewrite every ``convwgrad.conv`` call of ``graph`` as ``aten.convolution``; return how many."""
+    from torch.fx.operator_schemas import normalize_function
+
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not conv:
+            continue
+        arguments = normalize_function(conv, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+        stride = arguments["stride"]
+        node.target = torch.ops.aten.convolution.default
+        node.args = (arguments["input"], arguments["weight"], arguments["bias"], stride, arguments["padding"],
+                     arguments["dilation"], False, [0] * len(stride), arguments["groups"])
+        node.kwargs = {}
+        count += 1
+    return count
 
 
 def _in_layout_of(weight, grad_weight):

@@ -42,7 +42,8 @@ def check_compiled_op(problem: ConvProblem, device, *, bias: bool, seed: int, ot
     ``fullgraph=True`` on the same fresh random input, weight, bias and upstream gradient; assert
 
     - one dispatch each way, of the family ``plan()`` picks for the problem;
-    - the same forward (torch's own convolution both ways, so bitwise);
+    - the compiled forward bitwise the compiled stock convolution's (inductor lowers the op's
+      forward as ``aten.convolution``), and within ``other_grads_tol`` of the eager op's;
     - the same dW: bitwise for a convwgrad family (deterministic kernels on the same x and dy),
       within the dtype's tolerance for aten's (cuDNN may reduce in any order);
     - dW within the dtype's tolerance of float64;
@@ -68,11 +69,15 @@ def check_compiled_op(problem: ConvProblem, device, *, bias: bool, seed: int, ot
 
     torch._dynamo.reset()  # one compile per problem, none of an earlier test's guards
     compiled = torch.compile(layer, backend=backend, fullgraph=True, dynamic=False)
+    compiled_stock = torch.compile(stock_layer, backend=backend, fullgraph=True, dynamic=False)
     family = convwgrad.plan(problem, x.device).family
     stock, eager, comp = _run(stock_layer, x, w, b, dy), _run(layer, x, w, b, dy), _run(compiled, x, w, b, dy)
-    assert stock.families == []
+    comp_stock = _run(compiled_stock, x, w, b, dy)
+    assert stock.families == [] and comp_stock.families == []
     assert eager.families == [family] and comp.families == [family], (family, eager.families, comp.families)
-    assert torch.equal(comp.output, eager.output), f"forward: {relative_error(comp.output, eager.output.double()):.2e}"
+    assert torch.equal(comp.output, comp_stock.output), (
+        f"forward, compiled op vs compiled stock: {relative_error(comp.output, comp_stock.output.double()):.2e}")
+    _assert_close("forward compiled vs eager", comp.output, eager.output, other_grads_tol)
     (dx_s, _, db_s), (dx_e, dw_e, db_e), (dx_c, dw_c, db_c) = stock.grads, eager.grads, comp.grads
     assert dw_c.dtype == dx_c.dtype == dtype
     tol = TOLERANCE[problem.dtype]

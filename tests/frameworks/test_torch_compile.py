@@ -206,3 +206,61 @@ def test_the_compiled_backward_weighs_graph_launches_only_under_inductors_cuda_g
     stock(reference).sum().backward()
     assert relative_error(patched.weight.grad, stock.weight.grad.double()) < FP32_TOL
     dispatch.clear_prepared_calls()  # nothing this router decided outlives the test
+
+
+def test_inductor_lowers_the_ops_forward_as_a_stock_convolution():
+    """The op carries convwgrad's backward; once AOTAutograd has split the graphs its forward is
+    aten.convolution, which inductor then lowers itself (no dispatcher and Python call a layer)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(3)
+    stock = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    patched = convwgrad.patch(copy.deepcopy(stock))
+    x = torch.randn(2, 8, 6, 6)
+    torch._dynamo.reset()
+    leaf = x.clone().requires_grad_()
+    compiled = torch.compile(patched, fullgraph=True)
+    (out,), codes = run_and_get_code(lambda: [compiled(leaf)])
+    forward_code = "\n".join(codes)
+    calls = [line for line in forward_code.splitlines() if "convwgrad.conv" in line and not line.strip().startswith("#")]
+    assert calls == [] and "extern_kernels.convolution" in forward_code, calls
+    out.sum().backward()
+    reference = x.clone().requires_grad_()
+    stock(reference).sum().backward()
+    assert relative_error(out, stock(x).double()) < FP32_TOL
+    assert relative_error(patched.weight.grad, stock.weight.grad.double()) < FP32_TOL
+    assert relative_error(leaf.grad, reference.grad.double()) < FP32_TOL
+
+
+def test_the_forward_lowering_runs_after_no_one_and_keeps_a_users_post_grad_pass(monkeypatch):
+    import torch._inductor.config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    from convwgrad.frameworks import torch_ops
+
+    seen = []
+
+    class UsersPass(CustomGraphPass):
+        def __call__(self, graph):
+            seen.append([node.target for node in graph.nodes if node.op == "call_function"])
+
+        def uuid(self):
+            return "users-pass"
+
+    monkeypatch.setattr(inductor_config, "post_grad_custom_post_pass", UsersPass())
+    monkeypatch.setattr(torch_ops, "_forward_lowering_installed", False)
+    torch_ops._lower_forward_in_inductor()
+    installed = inductor_config.post_grad_custom_post_pass
+    torch_ops._lower_forward_in_inductor()  # once only
+    assert inductor_config.post_grad_custom_post_pass is installed and installed.convwgrad_forward
+    assert installed.uuid()[1] == "users-pass"
+
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    y = graph.call_function(torch.ops.convwgrad.conv.default, (x, w, None, [2, 2], [1, 1], [1, 1]),
+                            {"groups": 8})
+    graph.output(y)
+    installed(graph)
+    assert seen == [[torch.ops.aten.convolution.default]]
+    node = next(n for n in graph.nodes if n.op == "call_function")
+    assert node.args == (x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 8) and node.kwargs == {}
