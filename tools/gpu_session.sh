@@ -59,6 +59,7 @@
 #            fixes never ran there)
 #   hostparts  host us of each part of a staged dW call (allocations, three ways to launch, the prepared call,
 #            the op's path, aten's dW/dX/both), main thread and engine thread (tools/host_parts.py)
+#   compiledsteps  timm models (COMPILED_MODELS) channels_last under torch.compile's default mode, stock vs patched
 #   hostparts2  hostparts for this checkout and for session 9's library (build/old: `git archive c5efda5
 #            convwgrad | tar -x -C build/old`, carried)
 #   hosttests  the provider and framework GPU tests (the warm path, kept workspaces, the patched backward)
@@ -75,7 +76,7 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (session 10: `verify10 hostparts` first, then `pathology`; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
+# (session 11: `tests`, then `compiledsteps`, then `graphsteps` (reduce-overhead still gains?); session 10: `verify10 hostparts`; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
 #  fp16 / fp32 and nine layers beside cuDNN), then `stagedsteps`, ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -241,6 +242,14 @@ PY
     hostparts)
       timeout 200 python3 tools/host_parts.py --plugin tools/route_experiments.py:small_depthwise_to_staged 2>&1 \
         | grep -v Warn | tee "$OUT/host_parts.txt" ;;
+    compiledsteps)
+      # torch.compile's default mode (no CUDA graphs), stock vs patched, every layer planned for torch in eager:
+      # session 10 measured 0.88-0.95x before the stock backward and the forward lowering landed
+      for model in ${COMPILED_MODELS:-convnext_tiny:64 efficientnet_b0:128 mobilenetv2_100:128}; do
+        timeout ${COMPILEDSTEPS_LIMIT_S:-190} python3 tools/step_bench.py --models $model --layouts channels_last \
+          --compile --rounds 3 --steps 8 --json "$OUT/steps_compiled_${model%%:*}.json" 2>&1 | grep -v -i warn \
+          | tee "$OUT/steps_compiled_${model%%:*}.txt" | tail -3
+      done ;;
     hostparts2)
       # this checkout, then session 9's library (build/old, carried) the same way: the host path before and after
       timeout 150 python3 tools/host_parts.py --plugin tools/route_experiments.py:small_depthwise_to_staged 2>&1 \
