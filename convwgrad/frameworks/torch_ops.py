@@ -9,6 +9,7 @@ with aten's ``convolution_backward`` conventions (symmetric padding, one int per
 
 """
 
+import os
 import sys
 
 import torch
@@ -17,6 +18,7 @@ from convwgrad.provider.dispatch import _capturing, cached_for_planning, graph_r
 from convwgrad.provider.dispatch import prepared_conv_weight as _prepared_conv_weight
 from convwgrad.provider.dispatch import conv_weight as _dispatch_conv_weight
 from convwgrad.provider.dispatch import is_enabled as _dispatch_enabled
+from convwgrad.provider.dispatch import planning_generation as _planning_generation
 from convwgrad.provider.layout import layout_of
 from convwgrad.provider.plan import plan
 from convwgrad.provider.problem import ConvProblem
@@ -68,22 +70,27 @@ class WeightGradMemo(list):
     def __deepcopy__(self, memo):
         return WeightGradMemo()
 
-    __copy__ = __deepcopy__
+    def __copy__(self):
+        return WeightGradMemo()
 
 
 def _remembered_weight_grad(memo, input, grad_output, weight, stride, padding, dilation, groups):
     """dW for :class:`EagerConv`'s backward through the prepared call ``memo`` holds, where the
     call matches the one it was prepared for; else the dispatcher's path, remembered in ``memo``.
 
-    ``memo`` belongs to one patched layer's route (patching._ROUTE), which fixes the input's shape,
-    strides and device, the convolution's arguments and the planning state (renewed as the route
-    is); what a call may still change is checked here: the input's dtype (autocast), grad_output's
-    strides and dtype (autograd's), whether convwgrad is on, whether the stream captures a CUDA
-    graph (whose route the dispatcher picks). Measured on the H200 machine inside autograd's engine
-    thread (tools/host_parts.py, session 10, two runs): the dispatcher's key and lookup took 11-55
-    us a call over the prepared call it found; a staged layer's whole backward 22-83 us less. dW comes back in the weight's strides: allocated so where the
-    kernels' layout allows it, rather than re-strided after (an aten call)."""
-    signature = (input.dtype, grad_output.stride(), grad_output.dtype)
+    ``memo`` belongs to one patched layer's route (patching._ROUTE), which fixes the forward
+    input's shape and device and the convolution's arguments. What a backward may still change is
+    checked on every call: the saved input's dtype (autocast) and strides (a saved-tensor hook such
+    as ``save_on_cpu`` may hand it back in other strides), grad_output's strides and dtype, the
+    weight's strides (``model.to(memory_format=...)``), the planning generation (plugins, TF32,
+    tuning file: what the dispatcher's lookup re-reads), whether convwgrad is on in the thread the
+    backward runs on, and whether the stream captures a CUDA graph (whose route the dispatcher
+    picks). Measured on the H200 machine inside autograd's engine thread (tools/host_parts.py,
+    session 10, two runs): the dispatcher's key and lookup took 11-55 us a call over the prepared
+    call it found; a staged layer's whole backward 22-83 us less. dW comes back in the weight's
+    strides: allocated so where the kernels' layout allows it, rather than re-strided after."""
+    signature = (input.dtype, input.stride(), grad_output.stride(), grad_output.dtype, weight.stride(),
+                 _planning_generation())
     if memo and memo[0] == signature and _dispatch_enabled() and not _capturing(input.device):
         out = None if memo[2] is None else torch.empty_strided(memo[2], weight.stride(), dtype=input.dtype,
                                                                 device=input.device)
@@ -121,8 +128,7 @@ torch.library.register_fake("convwgrad::conv_weight", _conv_weight_fake, lib=_li
 def _conv_fake(input, weight, bias, stride, padding, dilation, groups):
     """The op's fake kernel: torch.compile runs it while tracing, which is when inductor's pass
     that lowers the op's forward is put in place (see :func:`_lower_forward_in_inductor`)."""
-    if not _forward_lowering_installed:
-        _lower_forward_in_inductor()
+    _lower_forward_in_inductor()
     return _aten_conv(input, weight, bias, stride, padding, dilation, groups)
 
 
@@ -163,7 +169,10 @@ def planned_for_torch(input, weight, stride, padding, dilation, groups, *, graph
 def _graph_launches_possible() -> bool:
     """Whether the op's backward may be launched from a CUDA graph: in a graph torch.compile traces,
     only where inductor's CUDA graphs are on (``mode="reduce-overhead"``, which sets
-    ``triton.cudagraphs`` while it traces); called eagerly, always (the caller may capture it)."""
+    ``triton.cudagraphs`` while it traces); called eagerly, always (the caller may capture it).
+    A graph compiled otherwise and then captured by hand (``torch.cuda.graph`` around a default-mode
+    step, ``backend="cudagraphs"``) keeps the eager plan's layers stock: the same gradients, without
+    the graph route's kernels."""
     if not torch.compiler.is_compiling():
         return True
     config = sys.modules.get("torch._inductor.config")
@@ -187,54 +196,73 @@ def _stock_backward(input, weight, stride, padding, dilation, groups) -> bool:
                                                               graph_launches=graph_launches))
 
 
-_forward_lowering_installed = False
-
-
 def _lower_forward_in_inductor() -> None:
-    """Put :class:`_ConvForwardToAten` among inductor's post-grad passes, once, after a pass of
-    the user's if there is one.
+    """Put a :func:`_forward_lowering` pass among inductor's post-grad passes, if it is not there.
 
     The op exists in a compiled graph only to carry convwgrad's backward; once AOTAutograd has
     split the forward from the backward, the forward's op is exactly ``aten.convolution``. Left as
     the op, inductor calls it through the dispatcher and its Python implementation on every layer
     and step (0.57 ms of host time a ConvNeXt-T step, 18 layers, H200, torch.profiler, session
-    10), and cannot plan its layout; rewritten, inductor lowers it as a stock convolution. Called
-    from the op's fake kernel, so only programs that trace the op import inductor's config."""
-    global _forward_lowering_installed
-    _forward_lowering_installed = True
+    10), and cannot plan its layout; rewritten, inductor lowers it as a stock convolution.
+
+    Called from the op's fake kernel, whenever torch.compile traces the op, so only programs that
+    trace it import inductor's config, and a pass list a ``config.patch`` restored is filled again.
+    Where inductor takes a list of passes (torch >= 2.12) the pass goes first, beside the user's;
+    where it takes one pass (torch 2.11, the H200 machine's), only into an empty slot: a user's own
+    pass is left alone and the forward stays the op (slower, the same result)."""
     try:
         from torch._inductor import config
-        from torch._inductor.custom_graph_pass import CustomGraphPass
+        from torch._inductor import custom_graph_pass
     except ImportError:  # a torch without inductor: nothing to lower
         return
     current = config.post_grad_custom_post_pass
-    if isinstance(current, _ConvForwardToAten) or getattr(current, "convwgrad_forward", False):
+    takes_lists = hasattr(custom_graph_pass, "get_custom_graph_passes")
+    passes = (custom_graph_pass.get_custom_graph_passes(current) if takes_lists
+              else () if current is None else (current,))
+    if any(getattr(each, "convwgrad_forward", False) for each in passes):
         return
-    config.post_grad_custom_post_pass = _ConvForwardToAten.make(CustomGraphPass, current)
+    if takes_lists:
+        config.post_grad_custom_post_pass = [_forward_lowering(custom_graph_pass.CustomGraphPass), *passes]
+    elif current is None:
+        config.post_grad_custom_post_pass = _forward_lowering(custom_graph_pass.CustomGraphPass)
 
 
-class _ConvForwardToAten:
-    """An inductor post-grad pass: each ``convwgrad.conv`` node becomes ``aten.convolution`` with
-    the same operands (not transposed, no output padding), then the pass it was chained after, if
-    any, runs. Built on inductor's CustomGraphPass (whose uuid keeps the FX graph cache on)."""
+def _forward_lowering(base):
+    """An inductor post-grad pass (a ``base``, inductor's CustomGraphPass): each ``convwgrad.conv``
+    node becomes ``aten.convolution`` with the same operands (not transposed, no output padding).
 
-    @staticmethod
-    def make(base, chained):
-        class ConvForwardToAten(base):
-            convwgrad_forward = True
+    Its uuid, part of inductor's FX graph and AOTAutograd cache keys, also stands for what the
+    traced graphs depend on besides their source: this file and the routing rules (the compiled
+    backward is stock's where plan() gives dW to torch, see :func:`_stock_backward`) and the
+    planning state another process may not share (plugins, TF32, the planning environment)."""
 
-            def __call__(self, graph):
-                _rewrite_conv_nodes(graph)
-                if chained is not None:
-                    chained(graph)
+    class ConvForwardToAten(base):
+        convwgrad_forward = True
 
-            def uuid(self):
-                from torch._inductor.custom_graph_pass import get_hash_for_files
+        def __call__(self, graph):
+            _rewrite_conv_nodes(graph)
 
-                theirs = chained.uuid() if hasattr(chained, "uuid") else (None if chained is None else repr(chained))
-                return (get_hash_for_files((__file__,)), theirs)
+        def uuid(self):
+            from importlib.util import find_spec
 
-        return ConvForwardToAten()
+            from torch._inductor.custom_graph_pass import get_hash_for_files
+
+            routing = find_spec("convwgrad.selectors.routing").origin  # its file, not an import of the layer
+            sources = get_hash_for_files((__file__, routing))
+            return (sources.hex(), _planning_fingerprint())
+
+    return ConvForwardToAten()
+
+
+def _planning_fingerprint() -> str:
+    """What plan() reads besides the problem, as a string another process can compare: the
+    registered plugins by name, torch's TF32 switches and the planning environment variables."""
+    from convwgrad.provider.manager import get_plugin_manager
+    from convwgrad.provider.plan import PLANNING_ENVIRONMENT
+
+    plugins = sorted(name for name, _ in get_plugin_manager().list_name_plugin())
+    environment = [(name, os.environ.get(name)) for name in PLANNING_ENVIRONMENT]
+    return repr((plugins, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, environment))
 
 
 def _rewrite_conv_nodes(graph) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 
 import attrs
 import torch
@@ -114,26 +115,58 @@ _INTERPRETER_LOCK = threading.Lock()
 #: in calls through the custom op: torch.compile's CUDA-graph trees run the op's first calls with
 #: the thread's allocations routed to the graph's pool, which must hold nothing that outlives them.
 KEPT_WORKSPACE_BYTES = 64 << 20
-#: (thread ident, device index, stream) -> uint8 tensor; :func:`release_workspaces` empties it
-_kept_workspaces: dict = {}
+
+
+class _KeptWorkspaces:
+    """One thread's kept workspaces, (device index, stream) -> uint8 tensor: thread-local, so a
+    thread's workspaces go when it does."""
+
+    __slots__ = ("buffers", "__weakref__")
+
+    def __init__(self):
+        self.buffers = {}
+
+
+_thread_workspaces = threading.local()
+#: every thread's, for :func:`release_workspaces`
+_every_threads_workspaces: "weakref.WeakSet[_KeptWorkspaces]" = weakref.WeakSet()
+_workspaces_lock = threading.Lock()
+#: torch's own getter behind torch.cuda.current_device(); absent from builds without CUDA
+_cuda_current_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def _kept_here() -> dict:
+    """The calling thread's kept workspaces (an empty dict if it has none)."""
+    kept = getattr(_thread_workspaces, "kept", None)
+    return {} if kept is None else kept.buffers
 
 
 def _workspace(nbytes: int, device) -> torch.Tensor:
     """A uint8 workspace of at least ``nbytes`` for a call about to launch on ``device``'s current stream."""
-    if device.type != "cuda" or nbytes > KEPT_WORKSPACE_BYTES or _cuda_capturing():
+    # the capture query reads the current device's stream: a call on another device allocates
+    if (device.type != "cuda" or nbytes > KEPT_WORKSPACE_BYTES or device.index != _cuda_current_device()
+            or _cuda_capturing()):
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    key = (threading.get_ident(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    kept = _kept_workspaces.get(key)
-    if kept is None or kept.numel() < nbytes:
-        kept = _kept_workspaces[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    return kept
+    kept = getattr(_thread_workspaces, "kept", None)
+    if kept is None:
+        kept = _thread_workspaces.kept = _KeptWorkspaces()
+        with _workspaces_lock:
+            _every_threads_workspaces.add(kept)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    buffer = kept.buffers.get(key)
+    if buffer is None or buffer.numel() < nbytes:
+        buffer = kept.buffers[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return buffer
 
 
 def release_workspaces() -> None:
     """Let go of the workspaces kept for two-stage calls (at most KEPT_WORKSPACE_BYTES per thread,
-    device and stream that made one): the caching allocator then has them back, to reuse or to
-    return with ``torch.cuda.empty_cache()``. Calls after this keep new ones as needed."""
-    _kept_workspaces.clear()
+    device and stream that made one; a thread's also go when it ends): the caching allocator then
+    has them back, to reuse or to return with ``torch.cuda.empty_cache()``. Calls after this keep
+    new ones as needed."""
+    with _workspaces_lock:
+        for kept in list(_every_threads_workspaces):
+            kept.buffers.clear()
 
 
 class _PreparedCall:
@@ -171,12 +204,16 @@ class _PreparedCall:
 
 
 def _launch_hook_binding(pm, problem: ConvProblem, plan: Plan):
-    """For a family that binds nothing: call its launch hook on every run."""
+    """For a family that binds nothing: call its launch hook on every run, with a workspace of
+    exactly the bytes it asked for (the kept one, or a caller's, may be longer)."""
     kernels: list[str] = []
+    nbytes = plan.workspace_nbytes
 
     def run(input, grad_output, out, workspace):
         if out is None:
             out = torch.empty(problem.weight_size, dtype=input.dtype, device=input.device)
+        if workspace is not None and workspace.numel() != nbytes:
+            workspace = workspace[:nbytes]
         launched = pm.hook.convwgrad_launch(problem=problem, spec=plan.spec, target=plan.target, input=input,
                                             grad_output=grad_output, out=out, workspace=workspace)
         if launched is None:

@@ -87,10 +87,10 @@ def convwgrad_launch(problem, spec, target, input, grad_output, out, workspace):
 
     ``input`` and ``grad_output`` match ``problem`` (shape, dtype, device);
     ``out`` has shape ``problem.weight_size`` and the problem's dtype;
-    ``workspace`` is a contiguous uint8 tensor of at least
-    :func:`convwgrad_workspace_nbytes` bytes (the dispatcher keeps one per
-    thread and stream, so it may be longer, and holds the last call's bytes),
-    or ``None`` when that is 0. Launch on the tensors' device.
+    ``workspace`` is a contiguous uint8 tensor of :func:`convwgrad_workspace_nbytes`
+    bytes, or ``None`` when that is 0; its bytes may be left from an earlier
+    call (eager calls reuse a workspace kept per thread and stream). Launch on
+    the tensors' device.
 
     Return the list of kernels launched, by name, so callers can check what
     ran; ``None`` if ``spec`` belongs to another family.
@@ -111,7 +111,8 @@ def convwgrad_prepare_launch(problem, spec, target, input, grad_output, out):
     ``run(input, grad_output, out, workspace)`` computes dW for tensors with the
     same metadata as those given here and returns it: into ``out`` when it is a
     tensor, else into a contiguous dW it allocates (or, for a family whose library
-    returns its own, that one). ``workspace`` is as for :func:`convwgrad_launch`.
+    returns its own, that one). ``workspace`` is as for :func:`convwgrad_launch`, but
+    at least (not exactly) that many bytes: the kept one may be longer.
     ``run`` must not synchronise with the device or read device memory on the host,
     so that CUDA graphs can capture it. ``out`` here is ``None`` (dW contiguous)
     or a tensor whose strides every later ``out`` shares.

@@ -1,6 +1,7 @@
 """A patched layer's kept route (CPU): what is checked on every call, what only every
 GLOBAL_STATE_EVERY calls, and that an outdated route still computes what stock torch does."""
 
+import contextlib
 import copy
 
 import pytest
@@ -173,12 +174,13 @@ def test_the_backward_remembers_its_prepared_call_and_checks_what_may_change(dis
         assert got.stride() == patched.weight.stride()
     assert len(dispatcher_calls) == 1, "later calls should take the remembered prepared call"
     memo = route_of(patched)[5]
-    assert len(memo) == 3 and memo[0] == (torch.float32, dy.stride(), torch.float32)
+    assert len(memo) == 3 and memo[0][:5] == (torch.float32, x.stride(), dy.stride(), torch.float32,
+                                               patched.weight.stride())
 
     # grad_output in other strides (channels_last): the dispatcher again, and remembered in its place
     dy_cl = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(_grads(patched, x, dy_cl), _grads(stock, x, dy_cl), rtol=1e-4, atol=1e-4)
-    assert len(dispatcher_calls) == 2 and memo[0][1] == dy_cl.stride()
+    assert len(dispatcher_calls) == 2 and memo[0][2] == dy_cl.stride()
 
     # convwgrad switched off around the backward alone: torch's own dW, nothing launched
     output = patched(x)
@@ -217,3 +219,57 @@ def test_a_remembered_call_is_neither_copied_nor_pickled():
     for other in (twin, loaded):
         assert len(route_of(other)[5]) == 0
         torch.testing.assert_close(_grads(other, x, dy), expected, rtol=0, atol=0)
+
+
+def test_a_saved_input_handed_back_in_other_strides_is_not_read_with_the_remembered_ones():
+    """save_on_cpu (and any saved-tensor hook) may hand the input back to the backward in other
+    strides than the forward saw: the remembered call, bound to the old strides, must not run."""
+    stock, patched = make_layer()
+    x = fresh_input(14).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
+    for offload in (False, False, True, True, False):
+        # pinned: the saved input comes back as a fresh contiguous copy, not in channels_last strides
+        context = torch.autograd.graph.save_on_cpu(pin_memory=True) if offload else contextlib.nullcontext()
+        for model in (patched, stock):
+            model.zero_grad(set_to_none=True)
+            with context:
+                out = model(x)
+            out.backward(dy)
+        torch.testing.assert_close(patched.weight.grad, stock.weight.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_given_another_memory_format_after_warm_up_gets_a_right_dw():
+    """model.to(memory_format=...) after the memo is filled: dW's strides come from the call's weight."""
+    torch.manual_seed(0)
+    stock = nn.Conv2d(8, 8, 3, padding=1, groups=4)  # 2 channels a group: channels_last differs in a long dim
+    patched = convwgrad.patch(copy.deepcopy(stock))
+    x, dy = fresh_input(15), torch.randn(2, 8, 6, 6)
+    for step in range(4):
+        if step == 2:
+            for model in (stock, patched):
+                model.to(memory_format=torch.channels_last)
+        got = _grads(patched, x, dy)
+        torch.testing.assert_close(got, _grads(stock, x, dy), rtol=1e-4, atol=1e-4)
+        assert got.stride() == patched.weight.stride()
+
+
+def test_unregistering_the_family_a_backward_remembered_takes_effect_at_once():
+    """What the dispatcher's lookup re-reads on every call (the planning generation), the remembered
+    call checks too: a family unregistered from the manager is not launched again."""
+    from convwgrad.provider.manager import get_plugin_manager
+
+    _, patched = make_layer()
+    x, dy = fresh_input(16), torch.randn(2, 8, 6, 6)
+    with convwgrad.record_launches() as log:
+        _grads(patched, x, dy), _grads(patched, x, dy)
+    family = log[-1].family
+    assert family != "aten"
+    pm = get_plugin_manager()
+    name = next(name for name, plugin in pm.list_name_plugin() if name.endswith(family))
+    plugin = pm.unregister(name=name)
+    try:
+        with convwgrad.record_launches() as log:
+            _grads(patched, x, dy)
+        assert family not in [record.family for record in log], log
+    finally:
+        pm.register(plugin, name=name)

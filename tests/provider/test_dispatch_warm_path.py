@@ -371,4 +371,28 @@ def test_off_cuda_no_workspace_is_kept():
     convwgrad.release_workspaces()
     first, second = (dispatch._workspace(64, torch.device("cpu")) for _ in range(2))
     assert first.numel() == second.numel() == 64 and first.data_ptr() != second.data_ptr()
-    assert not dispatch._kept_workspaces
+    assert not dispatch._kept_here()
+
+
+def test_a_family_with_only_a_launch_hook_gets_a_workspace_of_exactly_its_bytes(monkeypatch, no_tf32):
+    """Its hook was promised workspace_nbytes bytes; a caller's longer workspace (or the kept one) is
+    cut to that for it. A family with a prepare hook handles a longer one itself."""
+    from convwgrad.plugins.wgrad_splitk import plugin as splitk
+
+    seen = []
+    launch = splitk._launch
+    monkeypatch.setattr(splitk, "_prepare", None)  # the dispatcher then calls the launch hook every run
+    monkeypatch.setattr(splitk, "_launch", lambda problem, spec, target, input, grad_output, out, workspace: (
+        seen.append(workspace.numel()) or launch(problem, spec, target, input, grad_output, out, workspace)))
+    problem = ConvProblem.build(batch=2, groups=4, in_channels=8, input_size=(5, 6), filter_size=3, padding=1,
+                                dtype="fp32", layout="channels_last")
+    plan = convwgrad.plan(problem, None, family="wgrad_splitk", split_k=2)
+    assert plan.workspace_nbytes > 0
+    x, dy = make_inputs(problem, DEVICE)
+    clear_prepared_calls()
+    longer = torch.empty(plan.workspace_nbytes + 64, dtype=torch.uint8, device=x.device)
+    dw = dispatch_conv_grouped(problem, x, dy, plan=plan, workspace=longer)
+    assert seen == [plan.workspace_nbytes]
+    reference = torch_weight_grad(x.double(), problem.weight_size, dy.double(), 1, 1, 1, 4)
+    assert relative_error(dw, reference) < 1e-5
+    clear_prepared_calls()

@@ -109,7 +109,7 @@ def test_the_kept_workspace_is_one_per_stream_reused_poisoned_and_released():
         pytest.skip("the layer is planned with one stage here: no workspace to keep")
     convwgrad.release_workspaces()
     _dw(x, dy, problem)
-    kept = dict(dispatch._kept_workspaces)
+    kept = dict(dispatch._kept_here())
     assert len(kept) == 1, kept.keys()
     (key, buffer), = kept.items()
     for step in range(3):  # stale NaNs from "the last call" must never reach dW: stage 1 writes every partial
@@ -117,7 +117,7 @@ def test_the_kept_workspace_is_one_per_stream_reused_poisoned_and_released():
         buffer.view(torch.float32)[: buffer.numel() // 4].fill_(float("nan"))
         x.normal_(), dy.normal_()
         dw = _dw(x, dy, problem)
-        assert dispatch._kept_workspaces[key] is buffer, "the kept workspace was not reused"
+        assert dispatch._kept_here()[key] is buffer, "the kept workspace was not reused"
         err = relative_error(dw, reference_weight_grad(problem, x, dy, device="cuda"))
         assert err < 8e-3, f"call {step}: relative error {err:.2e}"
     side = torch.cuda.Stream()
@@ -125,10 +125,10 @@ def test_the_kept_workspace_is_one_per_stream_reused_poisoned_and_released():
     with torch.cuda.stream(side):
         side_dw = _dw(x, dy, problem)
     torch.cuda.current_stream().wait_stream(side)
-    assert len(dispatch._kept_workspaces) == 2, "a second stream must keep its own workspace"
+    assert len(dispatch._kept_here()) == 2, "a second stream must keep its own workspace"
     assert torch.equal(side_dw, _dw(x, dy, problem)), "the same call on another stream differs"
     convwgrad.release_workspaces()
-    assert not dispatch._kept_workspaces
+    assert not dispatch._kept_here()
 
 
 def test_a_capture_allocates_its_own_workspace():
@@ -144,7 +144,7 @@ def test_a_capture_allocates_its_own_workspace():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         dw = _dw(x, dy, problem)
-    assert not dispatch._kept_workspaces, "a captured call kept a workspace the graph does not own"
+    assert not dispatch._kept_here(), "a captured call kept a workspace the graph does not own"
     for _ in range(2):
         x.normal_(), dy.normal_()
         _dw(x, dy, problem)  # an eager call between replays, with its own (kept) workspace
