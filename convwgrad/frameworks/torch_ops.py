@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+from torch._subclasses.fake_tensor import is_fake
+
 from convwgrad.provider.dispatch import _capturing, cached_for_planning, graph_routes_apply
 from convwgrad.provider.dispatch import prepared_conv_weight as _prepared_conv_weight
 from convwgrad.provider.dispatch import conv_weight as _dispatch_conv_weight
@@ -166,14 +168,16 @@ def planned_for_torch(input, weight, stride, padding, dilation, groups, *, graph
     return all(plan(problem, each).family == "aten" for each in targets)
 
 
-def _graph_launches_possible() -> bool:
-    """Whether the op's backward may be launched from a CUDA graph: in a graph torch.compile traces,
-    only where inductor's CUDA graphs are on (``mode="reduce-overhead"``, which sets
-    ``triton.cudagraphs`` while it traces); called eagerly, always (the caller may capture it).
+def _graph_launches_possible(input) -> bool:
+    """Whether the op's backward may be launched from a CUDA graph: traced (on fake tensors, as
+    AOTAutograd traces it for torch.compile), only where inductor's CUDA graphs are on
+    (``mode="reduce-overhead"``, which sets ``triton.cudagraphs`` while it traces); called eagerly,
+    always (the caller may capture it). Fake tensors tell a trace, not ``torch.compiler.is_compiling()``:
+    torch 2.11 (the H200 machine's) sets that flag only for torch.export, so it reads False here.
     A graph compiled otherwise and then captured by hand (``torch.cuda.graph`` around a default-mode
     step, ``backend="cudagraphs"``) keeps the eager plan's layers stock: the same gradients, without
     the graph route's kernels."""
-    if not torch.compiler.is_compiling():
+    if not is_fake(input):
         return True
     config = sys.modules.get("torch._inductor.config")
     return bool(config is not None and config.triton.cudagraphs)
@@ -189,7 +193,7 @@ def _stock_backward(input, weight, stride, padding, dilation, groups) -> bool:
     are symbolic (dynamic shapes) cannot be planned while tracing: the op decides on every call."""
     if any(isinstance(v, torch.SymInt) for v in (*input.shape, *input.stride(), *weight.shape)):
         return False
-    graph_launches = _graph_launches_possible()
+    graph_launches = _graph_launches_possible(input)
     key = ("stock op backward", tuple(input.shape), input.stride(), input.dtype, input.device, tuple(weight.shape),
            tuple(stride), tuple(padding), tuple(dilation), groups, graph_launches)
     return cached_for_planning(key, lambda: planned_for_torch(input, weight, stride, padding, dilation, groups,

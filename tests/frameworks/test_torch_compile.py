@@ -327,3 +327,22 @@ def test_a_users_post_grad_passes_still_run_when_a_patched_model_compiles(kind):
         out.sum().backward()
     assert seen, "the user's pass did not run"
     assert relative_error(out, stock(x).double()) < FP32_TOL
+
+
+def test_a_trace_is_told_by_fake_tensors_not_by_the_compiling_flag():
+    """torch 2.11 (the H200 machine's) sets torch.compiler.is_compiling() only for torch.export, so
+    while AOTAutograd traces the op's backward for torch.compile it reads False there. Fake tensors
+    mark the trace: on them, graph launches count only under inductor's CUDA graphs; on real
+    tensors (an eager call a capture may record) always."""
+    import torch._inductor.config as inductor_config
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from convwgrad.frameworks.torch_ops import _graph_launches_possible
+
+    assert not torch.compiler.is_compiling()
+    with FakeTensorMode():
+        fake = torch.empty(2, 8, 6, 6)
+    for cudagraphs in (False, True):
+        with inductor_config.patch({"triton.cudagraphs": cudagraphs}):
+            assert _graph_launches_possible(fake) is cudagraphs
+            assert _graph_launches_possible(torch.empty(2, 8, 6, 6)) is True
