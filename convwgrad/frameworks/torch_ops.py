@@ -269,11 +269,10 @@ def _planning_fingerprint() -> str:
     return repr((plugins, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, environment))
 
 
-def _rewrite_conv_nodes(graph) -> int:
-    """Rewrite every ``convwgrad.conv`` call of ``graph`` as ``aten.convolution``; return how many."""
+def _rewrite_conv_nodes(graph) -> None:
+    """Rewrite every ``convwgrad.conv`` call of ``graph`` as ``aten.convolution``."""
     from torch.fx.operator_schemas import normalize_function
 
-    count = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not conv:
             continue
@@ -283,8 +282,6 @@ def _rewrite_conv_nodes(graph) -> int:
         node.args = (arguments["input"], arguments["weight"], arguments["bias"], stride, arguments["padding"],
                      arguments["dilation"], False, [0] * len(stride), arguments["groups"])
         node.kwargs = {}
-        count += 1
-    return count
 
 
 def _in_layout_of(weight, grad_weight):

@@ -18,5 +18,6 @@ __all__ = [
     "NoCandidateError", "PROFILES", "Plan", "TargetInfo", "Tile", "Verdict", "build_plugin_manager",
     "candidates", "conv1d_weight", "conv2d_weight", "conv3d_weight", "current_target",
     "dispatch_conv_grouped", "explain", "families", "get_plugin_manager", "hip_probe", "plan",
-    "record_launches", "reference_weight_grad", "relative_error", "release_workspaces", "summarize_isa", "use_plugin_manager",
+    "record_launches", "reference_weight_grad", "relative_error", "release_workspaces", "summarize_isa",
+    "use_plugin_manager",
 ]
