@@ -76,10 +76,6 @@ def _autocast(input, weight, bias):
     return cast(input), cast(weight), cast(bias)
 
 
-def _routed_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
-    return planned_for_torch(input, weight, stride, padding, dilation, groups)
-
-
 def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
     """Whether ``plan()`` gives this layer's dW to torch's own kernel (the aten family): the
     layer then runs stock torch, with none of the custom op's cost. Kept per layer signature
@@ -90,7 +86,7 @@ def routes_to_torch(input, weight, stride, padding, dilation, groups) -> bool:
         return False
     key = ("routes_to_torch", input.shape, input.stride(), input.dtype, input.device, weight.shape,
            tuple(stride), tuple(padding), tuple(dilation), groups)
-    return cached_for_planning(key, lambda: _routed_to_torch(input, weight, stride, padding, dilation, groups))
+    return cached_for_planning(key, lambda: planned_for_torch(input, weight, stride, padding, dilation, groups))
 
 
 def _resolve(input, weight, bias, stride, padding, dilation, groups):
