@@ -22,7 +22,7 @@ import attrs
 import torch
 
 from .diagnostics import warn_at_caller
-from .layout import layout_of, to_layout
+from .layout import current_cuda_device, layout_of, to_layout
 from .manager import get_plugin_manager
 from .plan import PLANNING_ENVIRONMENT, Plan, plan as make_plan, planning_epoch
 from .problem import ConvProblem, dtype_name
@@ -131,8 +131,6 @@ _thread_workspaces = threading.local()
 #: every thread's, for :func:`release_workspaces`
 _every_threads_workspaces: "weakref.WeakSet[_KeptWorkspaces]" = weakref.WeakSet()
 _workspaces_lock = threading.Lock()
-#: torch's own getter behind torch.cuda.current_device(); absent from builds without CUDA
-_cuda_current_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
 def _kept_here() -> dict:
@@ -144,7 +142,7 @@ def _kept_here() -> dict:
 def _workspace(nbytes: int, device) -> torch.Tensor:
     """A uint8 workspace of at least ``nbytes`` for a call about to launch on ``device``'s current stream."""
     # the capture query reads the current device's stream: a call on another device allocates
-    if (device.type != "cuda" or nbytes > KEPT_WORKSPACE_BYTES or device.index != _cuda_current_device()
+    if (device.type != "cuda" or nbytes > KEPT_WORKSPACE_BYTES or device.index != current_cuda_device()
             or _cuda_capturing()):
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
     kept = getattr(_thread_workspaces, "kept", None)
@@ -556,13 +554,7 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
     """
     if not is_enabled():
         return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups)
-    try:
-        key = (_tensor_key(input), _tensor_key(grad_output), _exact_ints(weight_size), _exact_ints(stride),
-               _exact_ints(padding), _exact_ints(dilation), _exact_ints(groups), match_layouts)
-    except (AttributeError, TypeError):  # not tensors: the checks below say so
-        key = None
-    if key is not None and None in key:  # an argument that is not exact ints: validated every call
-        key = None
+    key = _conv_weight_key(input, weight_size, grad_output, stride, padding, dilation, groups, match_layouts)
     prepared = None if key is None else _lookup(key, _capturing(key[0][3]), input, grad_output)
     if prepared is None:
         prepared, graph_route = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation,
@@ -577,12 +569,20 @@ def prepared_conv_weight(input, weight_size, grad_output, stride=1, padding=0, d
     ``match_layouts=True`` found or kept, or None (none kept: a signature that is validated on
     every call). For a caller that remembers it per layer and calls it as ``prepared(input,
     grad_output, out)``, checking on each call what its own key does not fix."""
+    key = _conv_weight_key(input, weight_size, grad_output, stride, padding, dilation, groups, True)
+    return None if key is None else _prepared.get(key)
+
+
+def _conv_weight_key(input, weight_size, grad_output, stride, padding, dilation, groups, match_layouts):
+    """The call signature :func:`conv_weight` keeps its prepared call under; None where it keeps
+    none: not tensors (the checks say so), or an argument that is not exact ints (validated on
+    every call)."""
     try:
         key = (_tensor_key(input), _tensor_key(grad_output), _exact_ints(weight_size), _exact_ints(stride),
-               _exact_ints(padding), _exact_ints(dilation), _exact_ints(groups), True)
+               _exact_ints(padding), _exact_ints(dilation), _exact_ints(groups), match_layouts)
     except (AttributeError, TypeError):
         return None
-    return None if None in key else _prepared.get(key)
+    return None if None in key else key
 
 
 def _record_torch_route() -> None:

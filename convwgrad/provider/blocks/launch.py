@@ -13,7 +13,7 @@ import math
 import torch
 
 from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
-from convwgrad.provider.layout import TORCH_DTYPES, to_layout
+from convwgrad.provider.layout import TORCH_DTYPES, current_cuda_device, to_layout
 from convwgrad.provider.problem import INT32_OFFSET_LIMIT, ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 from convwgrad.provider.target import TargetInfo, interpreter_enabled
@@ -45,12 +45,6 @@ PROMOTE_STEPS = 64
 MAX_SPLIT_K = 1024
 #: Offsets at or above this need 64-bit index arithmetic.
 INT32_LIMIT = INT32_OFFSET_LIMIT
-
-
-#: torch's own getter behind torch.cuda.current_device() (which adds a Python frame and a lazy-init
-#: check: ~1 us of host time a call on the H200 machine); CUDA is initialised by the time a bound
-#: launch runs on a CUDA device
-_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.cuda.current_device())
 
 
 def padded3(values, fill):
@@ -238,7 +232,7 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
     def run(x, dy, out, workspace):
         if out is None:
             out = torch.empty(size, dtype=dtype, device=device)
-        if device_index is not None and _current_cuda_device() != device_index:
+        if device_index is not None and current_cuda_device() != device_index:
             with torch.cuda.device(device_index):  # Triton launches on the current device
                 launch_stages(x, dy, out, workspace)
         else:
