@@ -108,7 +108,9 @@ def test_the_kept_workspace_is_one_per_stream_reused_poisoned_and_released():
     if not convwgrad.plan(problem).workspace_nbytes:
         pytest.skip("the layer is planned with one stage here: no workspace to keep")
     convwgrad.release_workspaces()
-    _dw(x, dy, problem)
+    with convwgrad.record_launches() as log:
+        _dw(x, dy, problem)
+    assert [(r.family, len(r.kernels)) for r in log] == [(convwgrad.plan(problem).family, 2)], log
     kept = dict(dispatch._kept_here())
     assert len(kept) == 1, kept.keys()
     (key, buffer), = kept.items()
