@@ -86,7 +86,7 @@ for part in "$@"; do
   start=$SECONDS
   case $part in
     tests)
-      OMP_NUM_THREADS=4 timeout 240 python3 -m pytest tests -m gpu -q -p no:cacheprovider -n 4 --durations=5 2>&1 \
+      OMP_NUM_THREADS=2 timeout ${TESTS_LIMIT_S:-330} python3 -m pytest tests -m gpu -q -p no:cacheprovider -n ${TEST_WORKERS:-4} --durations=5 2>&1 \
         | tee "$OUT/pytest_gpu.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -40 ;;
     host)
       timeout 90 python3 tools/step_host.py --models efficientnet_b0:8,convnext_tiny:8 2>&1 | grep -v Warn | tee "$OUT/step_host.txt" ;;

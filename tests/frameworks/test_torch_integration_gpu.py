@@ -82,10 +82,10 @@ def test_torch_compile_inductor_matches_compiled_stock(name, no_tf32):
     with convwgrad.record_launches() as log:
         one_step(torch.compile(patched), x, target)
     torch.cuda.synchronize()
-    # compiled, every patched layer goes through the op, which picks its plan at run time
-    assert len(log) == len(convwgrad.patched_modules(patched))
-    # the op plans each layer from the strides inductor hands it: compare families, not tiles
-    assert sorted(r.family for r in log if r.family != "aten") == sorted(p.family for _, p in ours)
+    # compiled (default mode), a layer whose dW plan() gives to torch is stock torch's convolution_backward,
+    # with no op in the graph; the others go through the op, which plans them from the strides inductor
+    # hands it: compare families, not tiles
+    assert sorted(r.family for r in log) == sorted(p.family for _, p in ours)
     stock_grads, patched_grads = grads(stock), grads(patched)
     assert_within_bf16_noise(patched_grads, stock_grads, reference, what="patched compiled vs stock compiled")
     for layer, _ in ours:
