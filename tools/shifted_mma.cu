@@ -1,0 +1,151 @@
+// Issue 11 prototype: depthwise dW of large filters as a shifted GEMM on mma.sync (sm_80+), NCHW.
+//
+// For one channel and stride 1,   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + kx] * dY[n, r + PH - ky, ow]
+// (r an input row, Xpad the input row padded by PW on the left). Per input row r and 16 output
+// columns ow0.., that is D[kx, ky] += A[kx, j] * B[j, ky] with
+//   A[kx, j] = Xpad[r, ow0 + j + kx]       (a Hankel view of one input row: M = 32 kx)
+//   B[j, ky] = dY[r + PH - ky, ow0 + j]    (a Toeplitz view of the last 32 grad_output rows: N = 32 ky)
+// so the matrix unit does pad(KW) x pad(KH) multiply-adds a position, none wasted on channel pairs
+// (the merged family's diagonal computes 16x the real work at Gm = 16).
+//
+// Staging, per CTA (one channel, a run of images; 4 warps = 4 blocks of 16 output columns):
+// - the input row r goes to shared memory twice, as Xpad and as Xpad shifted by one element, so that
+//   every (kx, j..j+1) pair of an A fragment is one aligned 32-bit load (kx even: copy 0; odd: copy 1);
+// - grad_output rows go to a ring of RING = 33 rows (one more than the 32 a row reads, so the row
+//   written for step r + 1 is none that a warp still on step r reads: one barrier a row);
+// - rows are prefetched one step ahead into registers (the global load of row r + 1 overlaps the
+//   MMAs of row r).
+// Per warp and row: 8 ld.shared.b32 for A, 8 for B, 8 mma.sync.m16n8k16 into 32 fp32 accumulators.
+// The 4 warps' partials are summed in warp order (deterministic) and written as one fp32 partial
+// [split, C, KH, KW]; the splits are summed in order afterwards.
+// Limits of this prototype: stride 1, dilation 1, KH, KW <= 32, W, OW <= 64, NCHW-contiguous input
+// and grad_output, C_in == C_out == groups.
+
+#ifndef ELEM_IS_FP16
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+
+typedef unsigned short elem_t;   // bf16 or fp16 bits: the kernel only moves them and feeds the MMA
+typedef unsigned int u32;
+
+#define RING 33
+#define RING_STRIDE 72           // elements; 36 words: rows g = 0..7 of a B fragment hit banks 4g + t
+#define COPY_LEN 160             // elements; copy 1 starts 80 words after copy 0 (bank offset 16)
+#define XBUF (2 * COPY_LEN)
+#define COLS 64                  // 4 warps x 16 output columns
+
+__device__ __forceinline__ u32 lds32(const elem_t* p) { return *reinterpret_cast<const u32*>(p); }
+
+__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
+                 int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split) {
+    __shared__ __align__(16) elem_t xs[2 * XBUF];
+    __shared__ __align__(16) elem_t ring[RING * RING_STRIDE];
+    __shared__ float red[4 * 32 * 32];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int c = blockIdx.x, split = blockIdx.y;
+    const int n_begin = split * images_per_split;
+    const int n_end = min(N, n_begin + images_per_split);
+    const long long plane = (long long)H * W, oplane = (long long)OH * OW;
+
+    for (int i = tid; i < 2 * XBUF; i += 128) xs[i] = 0;
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+
+    const int ow0 = warp * 16;
+    // thread roles for staging a row: threads 0..63 an input element, 64..127 a grad_output element
+    const bool x_role = tid < 64;
+    const int col = tid & 63;
+
+    for (int n = n_begin; n < n_end; ++n) {
+        const elem_t* xn = x + ((long long)n * C + c) * plane;
+        const elem_t* dyn = dy + ((long long)n * C + c) * oplane;
+        __syncthreads();   // the previous image's last row is read by every warp before the ring is reset
+        for (int i = tid; i < RING * RING_STRIDE; i += 128) ring[i] = 0;
+        __syncthreads();
+        // grad_output rows 0 .. PH - 1 (the rows a first input row reads besides row PH)
+        for (int i = tid; i < PH * COLS; i += 128) {
+            const int row = i / COLS, cc = i % COLS;
+            if (row < OH && cc < OW) ring[(row % RING) * RING_STRIDE + cc] = dyn[(long long)row * OW + cc];
+        }
+        // prefetch step 0: input row 0, grad_output row PH
+        elem_t v = 0;
+        if (x_role) { if (col < W) v = xn[col]; }
+        else { if (PH < OH && col < OW) v = dyn[(long long)PH * OW + col]; }
+        for (int r = 0; r < H; ++r) {
+            elem_t* xb = xs + (r & 1) * XBUF;
+            const int dy_row = r + PH;
+            if (x_role) {
+                if (col < W) {
+                    xb[col + PW] = v;                              // copy 0: Xpad[t] = X[t - PW]
+                    if (col + PW >= 1) xb[COPY_LEN + col + PW - 1] = v;   // copy 1: Xpad[t + 1]
+                }
+            } else if (col < OW) {
+                ring[(dy_row % RING) * RING_STRIDE + col] = v;      // zero when dy_row >= OH
+            }
+            // prefetch the next step
+            v = 0;
+            if (r + 1 < H) {
+                if (x_role) { if (col < W) v = xn[(long long)(r + 1) * W + col]; }
+                else { if (dy_row + 1 < OH && col < OW) v = dyn[(long long)(dy_row + 1) * OW + col]; }
+            }
+            __syncthreads();
+            if (ow0 < OW) {
+                // A fragments: rows kx = 16 mt + g (+8), columns j = 2t (+8); element Xpad[ow0 + j + kx]
+                u32 a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {           // h: row g or g + 8
+                        const int kx = 16 * mt + g + 8 * h;
+                        const int odd = kx & 1;
+                        const elem_t* base = xb + odd * COPY_LEN + ow0 + 2 * t + kx - odd;
+                        a[mt][h] = lds32(base);
+                        a[mt][2 + h] = lds32(base + 8);
+                    }
+                }
+                // B fragments: columns ky = 8 nt + g, rows j = 2t (+8); element dY[dy_row - ky, ow0 + j]
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const int ky = 8 * nt + g;
+                    const int slot = (dy_row - ky + RING) % RING;
+                    const elem_t* base = ring + slot * RING_STRIDE + ow0 + 2 * t;
+                    const u32 b0 = lds32(base), b1 = lds32(base + 8);
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) mma16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                }
+            }
+        }
+    }
+    // ordered sum of the 4 warps' partials
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int kx = 16 * mt + g + 8 * (e >> 1), ky = 8 * nt + 2 * t + (e & 1);
+                red[warp * 1024 + ky * 32 + kx] = acc[mt][nt][e];
+            }
+    __syncthreads();
+    float* out = part + ((long long)split * C + c) * KH * KW;
+    for (int i = tid; i < 1024; i += 128) {
+        const int ky = i >> 5, kx = i & 31;
+        if (ky < KH && kx < KW) out[ky * KW + kx] = ((red[i] + red[1024 + i]) + red[2048 + i]) + red[3072 + i];
+    }
+}
