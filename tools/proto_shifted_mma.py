@@ -27,14 +27,15 @@ import sys
 import tempfile
 
 SOURCE = pathlib.Path(__file__).with_name("shifted_mma.cu")
-KERNEL = b"shifted_mma_nchw"
+KERNELS = {"cta": b"shifted_mma_nchw", "warp": b"shifted_mma_nchw_warp"}
+WARPS = 4
 TARGET_CTAS = 132 * 8   # ~8 CTAs of 4 warps an SM (22 KB shared, 64 registers): chosen before any measurement
 
 
-def build_cubin(fp16: bool, arch: str = "sm_90") -> bytes:
-    """The kernel's cubin: NVRTC where cuda-bindings has it, else nvcc."""
+def build_cubin(fp16: bool, arch: str = "sm_90", min_blocks: int = 1) -> bytes:
+    """The kernels' cubin: NVRTC where cuda-bindings has it, else nvcc."""
     src = SOURCE.read_text()
-    defines = ["-DELEM_IS_FP16"] if fp16 else []
+    defines = (["-DELEM_IS_FP16"] if fp16 else []) + [f"-DWARP_MIN_BLOCKS={min_blocks}"]
     try:
         from cuda.bindings import nvrtc
     except ImportError:
@@ -63,21 +64,22 @@ def build_cubin(fp16: bool, arch: str = "sm_90") -> bytes:
 class ShiftedMMA:
     """One loaded kernel (bf16 or fp16) and its launch."""
 
-    def __init__(self, fp16: bool):
+    def __init__(self, fp16: bool, variant: str = "warp", min_blocks: int = 1):
         import torch
         from cuda.bindings import driver
 
         torch.cuda.init()
         torch.empty(1, device="cuda")  # the primary context is current
         self.driver = driver
-        err, self.module = driver.cuModuleLoadData(build_cubin(fp16))
+        self.variant = variant
+        err, self.module = driver.cuModuleLoadData(build_cubin(fp16, min_blocks=min_blocks))
         assert err == driver.CUresult.CUDA_SUCCESS, err
-        err, self.func = driver.cuModuleGetFunction(self.module, KERNEL)
+        err, self.func = driver.cuModuleGetFunction(self.module, KERNELS[variant])
         assert err == driver.CUresult.CUDA_SUCCESS, err
 
-    @staticmethod
-    def splits_for(n: int, c: int) -> tuple[int, int]:
-        splits = max(1, min(n, math.ceil(TARGET_CTAS / c)))
+    def splits_for(self, n: int, c: int) -> tuple[int, int]:
+        ctas_per_split = c if self.variant == "cta" else math.ceil(c / WARPS)
+        splits = max(1, min(n, math.ceil(TARGET_CTAS / ctas_per_split)))
         per = math.ceil(n / splits)
         return math.ceil(n / per), per
 
@@ -89,7 +91,8 @@ class ShiftedMMA:
         stream = torch.cuda.current_stream().cuda_stream
         args = ((x.data_ptr(), dy.data_ptr(), part.data_ptr(), n, c, h, w, oh, ow, k[0], k[1], pad[0], pad[1], per),
                 (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 11)
-        (err,) = self.driver.cuLaunchKernel(self.func, c, splits, 1, 128, 1, 1, 0, stream, args, 0)
+        grid_x = c if self.variant == "cta" else math.ceil(c / WARPS)
+        (err,) = self.driver.cuLaunchKernel(self.func, grid_x, splits, 1, 128, 1, 1, 0, stream, args, 0)
         assert err == self.driver.CUresult.CUDA_SUCCESS, err
 
     def __call__(self, x, dy, k, pad, part=None):
@@ -124,8 +127,8 @@ CHECK_SHAPES = [  # (N, C, H, W, k, pad): odd sizes, filters below and at 32, as
 def check() -> int:
     import torch
     bad = 0
-    for fp16 in (False, True):
-        kern = ShiftedMMA(fp16)
+    for fp16, variant in ((False, "cta"), (True, "cta"), (False, "warp"), (True, "warp")):
+        kern = ShiftedMMA(fp16, variant)
         dtype = torch.float16 if fp16 else torch.bfloat16
         for (n, c, h, w, k, p) in CHECK_SHAPES:
             g = torch.Generator(device="cuda").manual_seed(n * 1000 + c * 10 + k)
@@ -144,7 +147,7 @@ def check() -> int:
             err = rel(dw.float(), ref)
             ok = unwritten == 0 and err < 1e-2 and torch.equal(dw, again)
             bad += not ok
-            print(f"[{'ok' if ok else 'BAD'}] {dtype} N={n} C={c} {h}x{w} k={k} p={p}: rel_fro {err:.2e}, "
+            print(f"[{'ok' if ok else 'BAD'}] {variant} {dtype} N={n} C={c} {h}x{w} k={k} p={p}: rel_fro {err:.2e}, "
                   f"unwritten {unwritten}, deterministic {torch.equal(dw, again)}", flush=True)
             if (n, c, h, w, k, p) == CHECK_SHAPES[0]:  # the check is not vacuous: ky flipped is rejected
                 flipped = rel(dw.flip(2).float(), ref)
@@ -166,7 +169,8 @@ def bench(json_path, only=None):
     sys.path.insert(0, os.path.dirname(__file__))
     from step_bench import _eager_time_us, _graph_time_us
     import convwgrad
-    kern = ShiftedMMA(False)
+    kernels = {"mma_cta": ShiftedMMA(False, "cta"), "mma_warp": ShiftedMMA(False, "warp"),
+               "mma_warp_mb5": ShiftedMMA(False, "warp", min_blocks=5)}
     rows = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; bf16, NCHW-contiguous inputs; us: graph replay / eager")
     for name, n, c, h, k in BENCH_LAYERS:
@@ -186,30 +190,30 @@ def bench(json_path, only=None):
         def cudnn_cl():
             return cudnn(xcl, dycl)
 
-        def ours():
-            return kern(x, dy, (k, k), (p, p))[0]
 
         def planned():
             return convwgrad.conv2d_weight(x, w.shape, dy, stride=1, padding=p, groups=c)
 
         ref = reference(x, dy, (k, k), (p, p))
-        err = rel(ours().float(), ref)
+        ours = {label: (lambda kern=kern: kern(x, dy, (k, k), (p, p))[0]) for label, kern in kernels.items()}
+        err = max(rel(fn().float(), ref) for fn in ours.values())
         fam = convwgrad.plan(convwgrad.ConvProblem.build(
             batch=n, groups=c, in_channels=c, out_channels=c, input_size=(h, h), filter_size=(k, k), stride=(1, 1),
             padding=(p, p), dilation=(1, 1), dtype=torch.bfloat16, layout=convwgrad.provider.layout.layout_of(x))).family
         row = dict(layer=name, N=n, C=c, H=h, k=k, err=err, planned_family=fam)
-        for label, fn in (("cudnn_nchw", cudnn), ("cudnn_cl", cudnn_cl), ("convwgrad_planned", planned), ("mma", ours)):
+        for label, fn in (("cudnn_nchw", cudnn), ("cudnn_cl", cudnn_cl), ("convwgrad_planned", planned), *ours.items()):
             row[label] = (_graph_time_us(fn), _eager_time_us(fn))
         flops = 2 * n * c * h * h * k * k
         bytes_ = 2 * (x.numel() + dy.numel())
         floor = max(bytes_ / 4.25e12, flops / 700e12) * 1e6
         row["floor_us"] = floor
         rows.append(row)
-        base = row["cudnn_nchw"][0]
-        print(f"{name:24s} err {err:.1e} floor {floor:7.1f} | " + " | ".join(
-            f"{lab} {g:8.1f}/{e:8.1f}" for lab, (g, e) in ((l, row[l]) for l in ("cudnn_nchw", "cudnn_cl", "convwgrad_planned", "mma")))
-              + f" | mma {base / row['mma'][0]:6.1f}x cuDNN-NCHW, {row['cudnn_cl'][0] / row['mma'][0]:6.1f}x cuDNN-CL, "
-              f"{row['convwgrad_planned'][0] / row['mma'][0]:5.2f}x {fam}, {row['mma'][0] / floor:5.1f}x floor", flush=True)
+        best = min(ours, key=lambda label: row[label][0])
+        mma = row[best][0]
+        print(f"{name:22s} err {err:.1e} floor {floor:6.1f} | " + " | ".join(
+            f"{lab} {row[lab][0]:7.1f}/{row[lab][1]:7.1f}" for lab in ("cudnn_nchw", "cudnn_cl", "convwgrad_planned", *ours))
+              + f" | best {best}: {row['cudnn_nchw'][0] / mma:5.1f}x cuDNN-NCHW, {row['cudnn_cl'][0] / mma:5.1f}x cuDNN-CL, "
+              f"{row['convwgrad_planned'][0] / mma:5.2f}x {fam}, {mma / floor:5.1f}x floor", flush=True)
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(rows, indent=1))
 
@@ -224,7 +228,8 @@ def main():
     a = ap.parse_args()
     if a.compile_only:
         for fp16 in (False, True):
-            print(f"fp16={fp16}: cubin {len(build_cubin(fp16))} bytes")
+            for min_blocks in (1, 5):
+                print(f"fp16={fp16} min_blocks={min_blocks}: cubin {len(build_cubin(fp16, min_blocks=min_blocks))} bytes")
         return 0
     bad = check() if a.check else 0
     if a.bench:

@@ -149,3 +149,123 @@ shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, fl
         if (ky < KH && kx < KW) out[ky * KW + kx] = ((red[i] + red[1024 + i]) + red[2048 + i]) + red[3072 + i];
     }
 }
+
+// Variant 2 (session 11, after variant 1's ncu: issue-bound at 55% of issue slots, 10.9 cycles between
+// a warp's instructions, a CTA barrier and a modulo per row for 8 MMAs a warp): one warp owns one
+// channel and all its output columns (up to 4 blocks of 16), with a private ring and private row
+// copies, so a row needs no CTA barrier (__syncwarp only) and no cross-warp reduction; the ring slot
+// moves by one a row (no modulo); B comes by ldmatrix.x4 (two n8 tiles a load).
+#define WARPS2 4
+#ifndef WARP_MIN_BLOCKS
+#define WARP_MIN_BLOCKS 1    // 102 registers, 4 CTAs an SM; 5 caps them at 96 (6: 80 and spills); the tool times both
+#endif
+
+__device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, const elem_t* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS2, WARP_MIN_BLOCKS)
+shifted_mma_nchw_warp(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
+                      int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split) {
+    __shared__ __align__(16) elem_t xs_all[WARPS2][2 * XBUF];
+    __shared__ __align__(16) elem_t ring_all[WARPS2][RING * RING_STRIDE];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int c = blockIdx.x * WARPS2 + warp, split = blockIdx.y;
+    if (c >= C) return;   // whole warps only: no CTA barrier follows
+    elem_t* xs = xs_all[warp];
+    elem_t* ring = ring_all[warp];
+    const int n_begin = split * images_per_split;
+    const int n_end = min(N, n_begin + images_per_split);
+    const long long plane = (long long)H * W, oplane = (long long)OH * OW;
+    const int col_blocks = (OW + 15) >> 4;
+
+    for (int i = lane; i < 2 * XBUF; i += 32) xs[i] = 0;
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+    // ldmatrix row of this lane: matrix i = lane / 8 (ky tile nt + (i >> 1), columns (i & 1) * 8), row lane % 8
+    const int lm_ky = 8 * (lane >> 4) + (lane & 7), lm_col = ((lane >> 3) & 1) * 8;
+
+    for (int n = n_begin; n < n_end; ++n) {
+        const elem_t* xn = x + ((long long)n * C + c) * plane;
+        const elem_t* dyn = dy + ((long long)n * C + c) * oplane;
+        __syncwarp();
+        for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
+        __syncwarp();
+        for (int i = lane; i < PH * COLS; i += 32) {
+            const int row = i >> 6, cc = i & 63;
+            if (row < OH && cc < OW) ring[row * RING_STRIDE + cc] = dyn[(long long)row * OW + cc];
+        }
+        // prefetch step 0: lane holds input columns lane and lane + 32, grad_output columns alike
+        elem_t xv0 = 0, xv1 = 0, dv0 = 0, dv1 = 0;
+        if (lane < W) xv0 = xn[lane];
+        if (lane + 32 < W) xv1 = xn[lane + 32];
+        if (PH < OH) {
+            if (lane < OW) dv0 = dyn[(long long)PH * OW + lane];
+            if (lane + 32 < OW) dv1 = dyn[(long long)PH * OW + lane + 32];
+        }
+        int slot = PH % RING;   // ring slot of grad_output row r + PH
+        for (int r = 0; r < H; ++r) {
+            elem_t* xb = xs + (r & 1) * XBUF;
+            if (lane < W) { xb[lane + PW] = xv0; if (lane + PW >= 1) xb[COPY_LEN + lane + PW - 1] = xv0; }
+            if (lane + 32 < W) { xb[lane + 32 + PW] = xv1; xb[COPY_LEN + lane + 32 + PW - 1] = xv1; }
+            if (lane < OW) ring[slot * RING_STRIDE + lane] = dv0;
+            if (lane + 32 < OW) ring[slot * RING_STRIDE + lane + 32] = dv1;
+            xv0 = xv1 = dv0 = dv1 = 0;
+            if (r + 1 < H) {
+                const elem_t* xr = xn + (long long)(r + 1) * W;
+                if (lane < W) xv0 = xr[lane];
+                if (lane + 32 < W) xv1 = xr[lane + 32];
+                if (r + 1 + PH < OH) {
+                    const elem_t* dr = dyn + (long long)(r + 1 + PH) * OW;
+                    if (lane < OW) dv0 = dr[lane];
+                    if (lane + 32 < OW) dv1 = dr[lane + 32];
+                }
+            }
+            __syncwarp();
+            // ring rows of ky = lm_ky and lm_ky + 16 (ldmatrix), and of ky = 8 nt + g is not needed: B comes by ldmatrix
+            int s0 = slot - lm_ky; s0 += s0 < 0 ? RING : 0;
+            int s1 = slot - lm_ky - 16; s1 += s1 < 0 ? RING : 0;
+            for (int cb = 0; cb < col_blocks; ++cb) {
+                const int ow0 = cb * 16;
+                u32 a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int kx = 16 * mt + g + 8 * h;
+                        const int odd = kx & 1;
+                        const elem_t* base = xb + odd * COPY_LEN + ow0 + 2 * t + kx - odd;
+                        a[mt][h] = lds32(base);
+                        a[mt][2 + h] = lds32(base + 8);
+                    }
+                }
+                u32 b[4][2];
+                ldsm_x4(b[0][0], b[0][1], b[1][0], b[1][1], ring + s0 * RING_STRIDE + ow0 + lm_col);
+                ldsm_x4(b[2][0], b[2][1], b[3][0], b[3][1], ring + s1 * RING_STRIDE + ow0 + lm_col);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt)
+                        mma16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[nt][0], b[nt][1]);
+            }
+            slot = slot + 1 == RING ? 0 : slot + 1;
+        }
+    }
+    float* out = part + ((long long)split * C + c) * KH * KW;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int kx = 16 * mt + g + 8 * (e >> 1), ky = 8 * nt + 2 * t + (e & 1);
+                if (ky < KH && kx < KW) out[ky * KW + kx] = acc[mt][nt][e];
+            }
+}
