@@ -59,6 +59,7 @@
 #            fixes never ran there)
 #   hostparts  host us of each part of a staged dW call (allocations, three ways to launch, the prepared call,
 #            the op's path, aten's dW/dX/both), main thread and engine thread (tools/host_parts.py)
+#   shiftedmma  the shifted-MMA family's GPU tests, layer bench and RepLKNet-31B NCHW same-model steps
 #   compiledsteps  timm models (COMPILED_MODELS) channels_last under torch.compile's default mode, stock vs patched
 #   hostparts2  hostparts for this checkout and for session 9's library (build/old: `git archive c5efda5
 #            convwgrad | tar -x -C build/old`, carried)
@@ -242,6 +243,16 @@ PY
     hostparts)
       timeout 200 python3 tools/host_parts.py --plugin tools/route_experiments.py:small_depthwise_to_staged 2>&1 \
         | grep -v Warn | tee "$OUT/host_parts.txt" ;;
+    shiftedmma)
+      # issue 11's shifted-MMA family (CUDA C++ by NVRTC): its GPU tests, the layer bench beside cuDNN and the
+      # Triton shifted family, and RepLKNet-31B NCHW steps with the router's choice (its large layers go to it)
+      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
+        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      timeout 120 python3 tools/proto_shifted_mma.py --json "$OUT/shifted_mma.json" 2>&1 | grep -v -i warn \
+        | tee "$OUT/shifted_mma.txt"
+      timeout ${MMASTEPS_LIMIT_S:-200} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} --layouts contiguous \
+        --same-model --with-control --rounds 3 --json "$OUT/steps_mma.json" 2>&1 | grep -v -i warn \
+        | tee "$OUT/steps_mma.txt" | tail -8 ;;
     compiledsteps)
       # torch.compile's default mode (no CUDA graphs), stock vs patched, every layer planned for torch in eager:
       # session 10 measured 0.88-0.95x before the stock backward and the forward lowering landed

@@ -29,6 +29,7 @@ DISABLE_ENV = "CONVWGRAD_DISABLE_PLUGINS"
 DEFAULT_PLUGINS = (
     "convwgrad.plugins.wgrad_merged:plugin",
     "convwgrad.plugins.wgrad_shifted:plugin",
+    "convwgrad.plugins.wgrad_shifted_mma:plugin",
     "convwgrad.plugins.wgrad_splitk:plugin",
     "convwgrad.plugins.wgrad_direct:plugin",
     "convwgrad.plugins.wgrad_staged:plugin",

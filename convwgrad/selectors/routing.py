@@ -36,13 +36,22 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: than cuDNN in kernel time on most small depthwise layers inside models, but each eager call's host
 #: time outweighs that in the host-bound eager steps measured, so its class is graph launches only
 #: (:data:`STAGED_GRAPH_TAPS`).
-OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_direct", "wgrad_staged", "aten_channels_last")
+OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_shifted_mma", "wgrad_direct", "wgrad_staged", "aten_channels_last")
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
 #: (21 us; merged 87, cuDNN 350), 27x27 at 14x14 C512 N=16 (89; 571, 1806), 31x31 at 56x56 C128
 #: N=16 channels_last (455; 3143, 8085) and NCHW (459; 5523, 8230); the 1-D k=31 layer went the
 #: other way (shifted 615 us, merged 377), and no filter between 7x7 and 13x13 was measured.
 SHIFTED_FROM_TAPS = 13 * 13
+#: Fewest filter taps, and narrowest output rows, for which the shifted-MMA family (issue 11) was
+#: measured faster than the Triton shifted family, merged and cuDNN. H200, bf16, NCHW-contiguous,
+#: graph replay, same process (tools/proto_shifted_mma.py --bench, notes/PERF.md "Session 11"):
+#: RepLKNet-31B N=32 31x31 56x56 C128 117 us (shifted 984, cuDNN 16316), 29x29 28x28 C256 86 (486,
+#: 7642), 27x27 14x14 C512 70 (274, 4517); SLaK 31x31 56x56 C96 N=16 49 (359, 6179); UniRepLKNet
+#: 13x13 14x14 C320 N=32 46 (80, 673). It lost on the 7x7 plane (13x13 C1024: 74 us, shifted 61):
+#: one 16-column block with 7 columns used, so rows narrower than 14 stay with the shifted family.
+SHIFTED_MMA_FROM_TAPS = 13 * 13
+SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
 #: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
 #: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
 #: (tools/family_bench.py, notes/data/dilated_h200_2026-12-03s5.txt): UniRepLKNet-T's 7x7
@@ -199,6 +208,8 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
         return _relayout_measured_faster(problem)
     if family == "wgrad_staged":
         return _staged_measured_faster(problem, target)
+    if family == "wgrad_shifted_mma":
+        return _shifted_mma_measured_faster(problem)
     if family != "wgrad_shifted":
         return None
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
@@ -218,6 +229,20 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
     return (f"H200, 2026-12-03: dilated 2-D depthwise filters of >= {DILATED_SHIFTED_FROM_TAPS} taps and >= "
             f"{DILATED_SHIFTED_FROM_MACS:.1e} multiply-adds, bf16 channels_last: 5.4-6.2x cuDNN and ~2x merged on "
             f"UniRepLKNet-T's 7x7 dilation-2 branches, and the N=128 model step faster with them routed")
+
+
+def _shifted_mma_measured_faster(problem) -> str | None:
+    """The class the shifted-MMA family was measured faster on (bf16 NCHW, undilated stride-1
+    depthwise 2-D filters of >= SHIFTED_MMA_FROM_TAPS taps and output rows of >= 14 columns), or None."""
+    if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
+            or problem.layout != "contiguous" or any(d != 1 for d in problem.dilation)
+            or any(s != 1 for s in problem.stride)):
+        return None  # fp16 runs the same kernel but was not timed; the rest it refuses or was not measured on
+    if math.prod(problem.filter_size) < SHIFTED_MMA_FROM_TAPS or problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
+        return None
+    return (f"H200, 2026-12-04: bf16 NCHW undilated depthwise filters of >= {SHIFTED_MMA_FROM_TAPS} taps on rows of "
+            f">= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns, 1.7-8.4x the Triton shifted family and 14-139x cuDNN on "
+            f"RepLKNet-31B's 27x27-31x31, SLaK's 31x31 and UniRepLKNet's 13x13 layers")
 
 
 def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:

@@ -1,0 +1,165 @@
+// The shifted-MMA family's kernel: depthwise dW of large filters as a shifted GEMM on mma.sync
+// (sm_80+), NCHW. Built at run time by NVRTC (launcher.py); one source for bf16 and fp16.
+//
+// For one channel and stride 1,   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + kx] * dY[n, r + PH - ky, ow]
+// (r an input row, Xpad the input row padded by PW on the left). Per input row r and 16 output
+// columns ow0.., that is D[kx, ky] += A[kx, j] * B[j, ky] with
+//   A[kx, j] = Xpad[r, ow0 + j + kx]       (a Hankel view of one input row: M = 32 kx)
+//   B[j, ky] = dY[r + PH - ky, ow0 + j]    (a Toeplitz view of the last 32 grad_output rows: N = 32 ky)
+// so the matrix unit does pad(KW) x pad(KH) multiply-adds a position, none wasted on channel pairs
+// (the merged family's diagonal computes 16x the real work at Gm = 16).
+//
+// One warp owns one channel and all its output columns (up to 4 blocks of 16) for a run of images
+// (one split), with private shared buffers, so a row needs no CTA barrier:
+// - the input row goes to shared memory twice, as Xpad and as Xpad shifted by one element, so that
+//   every (kx, j..j+1) pair of an A fragment is one aligned 32-bit load (kx even: copy 0; odd: copy 1);
+// - grad_output rows go to a ring of RING = 33 rows (one more than the 32 a step reads, so the row
+//   written for step r + 1 is none that step r reads); B comes by ldmatrix.x4, a row address a lane,
+//   so the ring's rotation costs nothing;
+// - the next step's rows are prefetched into registers while this step's MMAs run.
+// Per warp, row and 16 columns: 8 ld.shared.b32 (A), 2 ldmatrix.x4 (B), 8 mma.sync.m16n8k16 into
+// 32 fp32 accumulators. Each warp writes its channel's fp32 partial [split, C, KH, KW]; the shared
+// ordered reduction sums the splits (deterministic).
+// Limits (launcher.py checks them): stride 1, dilation 1, KH, KW <= 32, W, OW <= 64, top padding
+// < 33, NCHW-contiguous input and grad_output, depthwise.
+// History: a first version (one CTA a channel, 4 warps = 4 column blocks, a CTA barrier and a
+// modulo a row, B by 32-bit loads) took 223 us on RepLKNet-31B's 31x31 56x56 C128 N=32 layer, issue-
+// bound (ncu: 55 % issue slots, IPC 2.3); this one 117 us (notes/PERF.md, session 11).
+
+#ifndef ELEM_IS_FP16
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+
+typedef unsigned short elem_t;   // bf16 or fp16 bits: the kernel only moves them and feeds the MMA
+typedef unsigned int u32;
+
+#define RING 33
+#define RING_STRIDE 72           // elements; 36 words: rows g = 0..7 of a B fragment hit banks 4g + t
+#define COPY_LEN 160             // elements; copy 1 starts 80 words after copy 0 (bank offset 16)
+#define XBUF (2 * COPY_LEN)
+#define COLS 64                  // 4 blocks of 16 output columns
+
+__device__ __forceinline__ u32 lds32(const elem_t* p) { return *reinterpret_cast<const u32*>(p); }
+
+__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+#define WARPS 4
+// No minimum of CTAs an SM: 102 registers, 4 CTAs of 4 warps an SM. Capping registers at 96 (5 CTAs)
+// was 3-11 % slower on all 8 layers timed (H200, session 11); at 80 (6 CTAs) it spills.
+
+__device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, const elem_t* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS)
+wgrad_shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
+                      int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split) {
+    __shared__ __align__(16) elem_t xs_all[WARPS][2 * XBUF];
+    __shared__ __align__(16) elem_t ring_all[WARPS][RING * RING_STRIDE];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int c = blockIdx.x * WARPS + warp, split = blockIdx.y;
+    if (c >= C) return;   // whole warps only: no CTA barrier follows
+    elem_t* xs = xs_all[warp];
+    elem_t* ring = ring_all[warp];
+    const int n_begin = split * images_per_split;
+    const int n_end = min(N, n_begin + images_per_split);
+    const long long plane = (long long)H * W, oplane = (long long)OH * OW;
+    const int col_blocks = (OW + 15) >> 4;
+
+    for (int i = lane; i < 2 * XBUF; i += 32) xs[i] = 0;
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+    // ldmatrix row of this lane: matrix i = lane / 8 (ky tile nt + (i >> 1), columns (i & 1) * 8), row lane % 8
+    const int lm_ky = 8 * (lane >> 4) + (lane & 7), lm_col = ((lane >> 3) & 1) * 8;
+
+    for (int n = n_begin; n < n_end; ++n) {
+        const elem_t* xn = x + ((long long)n * C + c) * plane;
+        const elem_t* dyn = dy + ((long long)n * C + c) * oplane;
+        __syncwarp();
+        for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
+        __syncwarp();
+        for (int i = lane; i < PH * COLS; i += 32) {
+            const int row = i >> 6, cc = i & 63;
+            if (row < OH && cc < OW) ring[row * RING_STRIDE + cc] = dyn[(long long)row * OW + cc];
+        }
+        // prefetch step 0: lane holds input columns lane and lane + 32, grad_output columns alike
+        elem_t xv0 = 0, xv1 = 0, dv0 = 0, dv1 = 0;
+        if (lane < W) xv0 = xn[lane];
+        if (lane + 32 < W) xv1 = xn[lane + 32];
+        if (PH < OH) {
+            if (lane < OW) dv0 = dyn[(long long)PH * OW + lane];
+            if (lane + 32 < OW) dv1 = dyn[(long long)PH * OW + lane + 32];
+        }
+        int slot = PH % RING;   // ring slot of grad_output row r + PH
+        for (int r = 0; r < H; ++r) {
+            elem_t* xb = xs + (r & 1) * XBUF;
+            if (lane < W) { xb[lane + PW] = xv0; if (lane + PW >= 1) xb[COPY_LEN + lane + PW - 1] = xv0; }
+            if (lane + 32 < W) { xb[lane + 32 + PW] = xv1; xb[COPY_LEN + lane + 32 + PW - 1] = xv1; }
+            if (lane < OW) ring[slot * RING_STRIDE + lane] = dv0;
+            if (lane + 32 < OW) ring[slot * RING_STRIDE + lane + 32] = dv1;
+            xv0 = xv1 = dv0 = dv1 = 0;
+            if (r + 1 < H) {
+                const elem_t* xr = xn + (long long)(r + 1) * W;
+                if (lane < W) xv0 = xr[lane];
+                if (lane + 32 < W) xv1 = xr[lane + 32];
+                if (r + 1 + PH < OH) {
+                    const elem_t* dr = dyn + (long long)(r + 1 + PH) * OW;
+                    if (lane < OW) dv0 = dr[lane];
+                    if (lane + 32 < OW) dv1 = dr[lane + 32];
+                }
+            }
+            __syncwarp();
+            // ring rows of ky = lm_ky and lm_ky + 16 (ldmatrix), and of ky = 8 nt + g is not needed: B comes by ldmatrix
+            int s0 = slot - lm_ky; s0 += s0 < 0 ? RING : 0;
+            int s1 = slot - lm_ky - 16; s1 += s1 < 0 ? RING : 0;
+            for (int cb = 0; cb < col_blocks; ++cb) {
+                const int ow0 = cb * 16;
+                u32 a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int kx = 16 * mt + g + 8 * h;
+                        const int odd = kx & 1;
+                        const elem_t* base = xb + odd * COPY_LEN + ow0 + 2 * t + kx - odd;
+                        a[mt][h] = lds32(base);
+                        a[mt][2 + h] = lds32(base + 8);
+                    }
+                }
+                u32 b[4][2];
+                ldsm_x4(b[0][0], b[0][1], b[1][0], b[1][1], ring + s0 * RING_STRIDE + ow0 + lm_col);
+                ldsm_x4(b[2][0], b[2][1], b[3][0], b[3][1], ring + s1 * RING_STRIDE + ow0 + lm_col);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt)
+                        mma16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[nt][0], b[nt][1]);
+            }
+            slot = slot + 1 == RING ? 0 : slot + 1;
+        }
+    }
+    float* out = part + ((long long)split * C + c) * KH * KW;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int kx = 16 * mt + g + 8 * (e >> 1), ky = 8 * nt + 2 * t + (e & 1);
+                if (ky < KH && kx < KW) out[ky * KW + kx] = acc[mt][nt][e];
+            }
+}

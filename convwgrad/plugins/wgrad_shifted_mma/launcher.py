@@ -1,0 +1,216 @@
+"""Launcher of the shifted-MMA family: the gate, the split policy, the run-time build (NVRTC) and
+the launches (the CUDA driver API for stage 1, the shared ordered reduction for stage 2).
+
+Why a CUDA C++ kernel and not Triton or Gluon: the kernel reads A as a Hankel view of one staged
+input row (1-element shifts) and B as a Toeplitz view of a ring of grad_output rows whose start
+moves every step. Plain Triton has no shared-memory handle; Gluon's shared sub-views start only at
+constexpr multiples of their length (notes/GLUON.md), so neither view exists there without gathers
+through scratch memory. The Triton shifted family forms the operands element by element and was
+measured 8.4x slower on RepLKNet-31B's 31x31 layer (H200, session 11). The gfx950 story: the same
+formulation on v_mfma with hiprtc is not written; on AMD the Triton shifted and merged families
+stay the path (this family refuses HIP with that reason).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import pathlib
+
+import torch
+
+from convwgrad.provider.blocks import launch as shared
+from convwgrad.provider.layout import current_cuda_device
+from convwgrad.provider.problem import ConvProblem
+from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
+
+SOURCE = pathlib.Path(__file__).with_name("kernels.cu")
+KERNEL_NAME = "wgrad_shifted_mma_nchw"
+#: Warps (channels) a CTA, as the source's WARPS.
+WARPS = 4
+#: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
+MAX_FILTER = 32
+#: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
+MAX_WIDTH = 64
+#: The ring holds 33 grad_output rows and is preloaded with the rows above the first input row.
+MAX_TOP_PADDING = 32
+#: Stage-1 CTAs aimed at: ~8 an SM of 132 over the run, each CTA 4 channels x a run of images.
+#: Chosen before measuring (session 11); the timed layers ran at this value.
+TARGET_CTAS = 132 * 8
+DTYPES = {"bf16": (), "fp16": ("-DELEM_IS_FP16",)}
+
+
+@functools.cache
+def _bindings():
+    """(driver, nvrtc) from cuda-bindings, or the reason they are missing."""
+    try:
+        from cuda.bindings import driver, nvrtc
+    except ImportError as exc:
+        return None, f"cuda-bindings is not importable ({exc}): the kernel is built by NVRTC and launched by the driver API"
+    return (driver, nvrtc), None
+
+
+def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
+    """Why the kernel cannot run ``spec`` on ``problem``; [] when it can. The one gate: support() and
+    prepare() both call it."""
+    reasons = []
+    if target.backend != "cuda":  # the interpreter is a target of its own
+        reasons.append(f"target {target.name}: the kernel is CUDA C++ (mma.sync, ldmatrix) built by NVRTC; "
+                       f"no interpreter, and no gfx950 port (the Triton shifted family serves HIP)")
+    elif int(target.arch) < 80:
+        reasons.append(f"target {target.name}: mma.sync m16n8k16 on bf16 needs sm_80 or newer")
+    elif _bindings()[1]:
+        reasons.append(_bindings()[1])
+    if problem.spatial_dims != 2:
+        reasons.append(f"spatial_dims={problem.spatial_dims}: the kernel computes 2-D convolutions only")
+    if problem.cpg != 1 or problem.kpg != 1:
+        reasons.append(f"cpg={problem.cpg}, kpg={problem.kpg}: depthwise problems only (one input and one "
+                       f"output channel a group)")
+    if problem.dtype not in DTYPES:
+        reasons.append(f"dtype={problem.dtype}: bf16 and fp16 only (mma.sync on 16-bit operands)")
+    if problem.layout != "contiguous":
+        reasons.append(f"layout={problem.layout}: the kernel reads NCHW rows (one channel's plane contiguous); "
+                       f"channels_last is not written")
+    if problem.spatial_dims == 2:
+        if tuple(problem.stride) != (1, 1) or tuple(problem.dilation) != (1, 1):
+            reasons.append(f"stride={tuple(problem.stride)}, dilation={tuple(problem.dilation)}: stride 1 and "
+                           f"dilation 1 only (the Hankel and Toeplitz views are unit shifts)")
+        fy, fx = problem.filter_size
+        if fy > MAX_FILTER or fx > MAX_FILTER:
+            reasons.append(f"filter_size={tuple(problem.filter_size)}: at most {MAX_FILTER} a side (a 32 x 32 "
+                           f"tap tile)")
+        if problem.input_size[1] > MAX_WIDTH or problem.output_size[1] > MAX_WIDTH:
+            reasons.append(f"input width {problem.input_size[1]}, output width {problem.output_size[1]}: at most "
+                           f"{MAX_WIDTH} (four 16-column blocks of one warp)")
+        top, left = problem.padding[0][0], problem.padding[1][0]
+        if top > MAX_TOP_PADDING:
+            reasons.append(f"padding top={top}: at most {MAX_TOP_PADDING} (the ring of grad_output rows)")
+        if left >= 2 * MAX_WIDTH:
+            reasons.append(f"padding left={left}: the padded row must fit its shared copy")
+    if spec.tile is None or spec.split_k < 2:
+        reasons.append(f"split_k={spec.split_k}: the kernel writes fp32 partials, so it runs in two stages "
+                       f"(split_k >= 2)")
+    return reasons
+
+
+def validate(problem, spec, target) -> None:
+    reasons = mma_available(problem, spec, target)
+    if reasons:
+        raise ValueError(f"{spec.kernel_name()}: " + "; ".join(reasons))
+
+
+def choose_split_k(problem: ConvProblem) -> int:
+    """Splits of the batch: TARGET_CTAS stage-1 CTAs at most one image a split apart, and at
+    least two (the second stage casts the fp32 partials). A split past the batch writes zeros."""
+    ctas_per_split = cdiv(problem.out_channels, WARPS)
+    splits = max(1, min(problem.batch, cdiv(TARGET_CTAS, ctas_per_split)))
+    return max(2, cdiv(problem.batch, cdiv(problem.batch, splits)))
+
+
+def images_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
+    return cdiv(problem.batch, spec.split_k)
+
+
+def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
+    """Stage 1: (channel blocks of WARPS, splits, 1); stage 2: the shared reduction's."""
+    return (cdiv(problem.out_channels, WARPS), spec.split_k, 1), shared.reduce_grid(problem)
+
+
+def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
+    return shared.workspace_nbytes(problem, spec)
+
+
+@functools.cache
+def _cubin(dtype: str, arch: str) -> bytes:
+    (driver, nvrtc), _ = _bindings()
+    err, program = nvrtc.nvrtcCreateProgram(SOURCE.read_bytes(), b"kernels.cu", 0, [], [])
+    options = [f"--gpu-architecture=sm_{arch}".encode(), *(d.encode() for d in DTYPES[dtype])]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+        raise RuntimeError(f"NVRTC could not build {SOURCE.name} for sm_{arch}: {log.rstrip(bytes(1)).decode()}")
+    _, size = nvrtc.nvrtcGetCUBINSize(program)
+    cubin = b" " * size
+    nvrtc.nvrtcGetCUBIN(program, cubin)
+    return cubin
+
+
+@functools.cache
+def _function(dtype: str, arch: str, device_index: int):
+    """The kernel loaded into ``device_index``'s primary context (torch's)."""
+    (driver, _), _ = _bindings()
+    with torch.cuda.device(device_index):  # cudaSetDevice makes the primary context current
+        err, module = driver.cuModuleLoadData(_cubin(dtype, arch))
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuModuleLoadData({SOURCE.name}, sm_{arch}): {err}")
+        err, function = driver.cuModuleGetFunction(module, KERNEL_NAME.encode())
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuModuleGetFunction({KERNEL_NAME}): {err}")
+    return module, function  # the module stays referenced with the function
+
+
+_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 11
+
+
+def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
+    validate(problem, spec, target)
+    # the kernel indexes NCHW-contiguous planes; other strides (a view a caller passes; the custom op
+    # hands over the input's layout) are copied, decided once for the prepared call's strides
+    copy_x, copy_dy = not input.is_contiguous(), not grad_output.is_contiguous()
+    (driver, _), _ = _bindings()
+    device_index = input.device.index
+    _, function = _function(problem.dtype, target.arch, device_index)
+    (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
+    scalars = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0],
+               problem.padding[1][0], images_per_split(problem, spec))
+    stage1_grid, stage2_grid = grids(problem, spec)
+    shared.check_grid(stage1_grid, target, spec.kernel_name())
+    # stage 2 is bound to out's strides (a patched layer's dW comes in the weight's strides), as in
+    # shared.prepare_stages; None: a contiguous dW allocated at run time
+    bound_out = out if out is not None else torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
+    stage2 = tuple(v.value if hasattr(v, "value") else v
+                   for _, v in shared.stage2_args(problem, spec, bound_out, bound_out)[2:])
+    second = shared.KernelLaunch(shared._splitk_reduce_kernel, stage2_grid, stage2, shared.REDUCE_WARPS, 1,
+                                 device_index if shared.direct_launch_supported() else None)
+    nbytes = workspace_nbytes(problem, spec)
+    size, dtype = problem.weight_size, input.dtype
+    block = (32 * WARPS, 1, 1)
+
+    def launch_stages(x, dy, out, workspace):
+        x = x.contiguous() if copy_x else x
+        dy = dy.contiguous() if copy_dy else dy
+        partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
+        stream = torch.cuda.current_stream(device_index).cuda_stream
+        args = ((x.data_ptr(), dy.data_ptr(), partials.data_ptr(), *scalars), _ARG_TYPES)
+        (err,) = driver.cuLaunchKernel(function, *stage1_grid, *block, 0, stream, args, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{KERNEL_NAME}: cuLaunchKernel: {err}")
+        second(partials, out)
+
+    def run(x, dy, out, workspace):
+        if out is None:
+            out = torch.empty(size, dtype=dtype, device=x.device)
+        if current_cuda_device() != device_index:
+            with torch.cuda.device(device_index):
+                launch_stages(x, dy, out, workspace)
+        else:
+            launch_stages(x, dy, out, workspace)
+        return out
+
+    return BoundLaunch(run=run, kernels=(KERNEL_NAME, shared._splitk_reduce_kernel.__name__))
+
+
+def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:
+    bound = prepare(problem, spec, target, input, grad_output, out)
+    bound.run(input, grad_output, out, workspace)
+    return list(bound.kernels)
+
+
+def compile_kernels(problem, spec, target):
+    """Nothing for Triton to compile ahead of time: NVRTC builds the kernel on first use (cached per
+    dtype and architecture for the process)."""
+    validate(problem, spec, target)
+    return []

@@ -1,0 +1,124 @@
+"""The shifted-MMA family's gate, split policy, routing rule and CUDA source, on the CPU (its kernel
+is CUDA C++ built by NVRTC and runs on a CUDA GPU only: tests/plugins/wgrad_shifted_mma/
+test_shifted_mma_gpu.py runs it)."""
+
+import math
+import shutil
+import subprocess
+
+import pytest
+
+import convwgrad
+from convwgrad.plugins.wgrad_shifted_mma import launcher
+from convwgrad.provider import ConvProblem
+from convwgrad.provider.plan import NoCandidateError, clear_plan_cache
+from convwgrad.selectors import routing
+
+FAMILY = "wgrad_shifted_mma"
+REPLKNET = dict(batch=32, groups=128, in_channels=128, input_size=(56, 56), filter_size=31, padding=15)
+
+
+def _problem(dtype="bf16", layout="contiguous", **overrides):
+    return ConvProblem.build(**{**REPLKNET, **overrides}, dtype=dtype, layout=layout)
+
+
+def _set_bindings(monkeypatch, found):
+    monkeypatch.setattr(launcher, "_bindings", lambda: found)
+    clear_plan_cache()  # plans are cached per problem and target, not per installed package
+
+
+@pytest.fixture
+def bindings(monkeypatch):
+    """cuda-bindings as if installed (CI has none): the gate's other reasons are what is tested."""
+    _set_bindings(monkeypatch, ((object(), object()), None))
+    yield
+    monkeypatch.undo()
+    clear_plan_cache()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [
+    REPLKNET,
+    dict(batch=3, groups=5, in_channels=5, input_size=(17, 23), filter_size=13, padding=6),
+    dict(batch=1, groups=7, in_channels=7, input_size=(64, 64), filter_size=32, padding=0),
+    dict(batch=5, groups=9, in_channels=9, input_size=(9, 11), filter_size=(7, 3), padding=((3, 1), (0, 2))),
+], ids=["replknet-31", "odd-13", "k32-valid", "asym"])
+def test_admitted_with_every_split_holding_images(shape, dtype, bindings):
+    p = ConvProblem.build(**shape, dtype=dtype, layout="contiguous")
+    chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
+    spec = chosen.spec
+    assert spec.family == FAMILY and chosen.two_stage and spec.split_k >= 2
+    per = launcher.images_per_split(p, spec)
+    assert per * spec.split_k >= p.batch and per * (spec.split_k - 1) < max(p.batch, 2), (spec.split_k, per)
+    assert chosen.grid[0] == (math.ceil(p.out_channels / launcher.WARPS), spec.split_k, 1)
+    assert chosen.workspace_nbytes == spec.split_k * math.prod(p.weight_size) * 4
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(layout="channels_last"), "layout=channels_last"),
+    (dict(dtype="fp32"), "dtype=fp32"),
+    (dict(stride=2), "stride=(2, 2)"),
+    (dict(dilation=2, padding=30), "dilation=(2, 2)"),
+    (dict(filter_size=33, padding=16), "filter_size=(33, 33)"),
+    (dict(input_size=(56, 65)), "input width 65"),
+    (dict(groups=64, in_channels=128), "cpg=2"),
+    (dict(input_size=(56,), filter_size=31, padding=15), "spatial_dims=1"),
+    (dict(padding=((40, 0), (15, 15))), "padding top=40"),
+])
+def test_refused_with_the_field_and_value(overrides, reason, bindings):
+    kwargs = {**REPLKNET, **overrides}
+    dtype, layout = kwargs.pop("dtype", "bf16"), kwargs.pop("layout", "contiguous")
+    p = ConvProblem.build(**kwargs, dtype=dtype, layout=layout)
+    with pytest.raises(NoCandidateError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        convwgrad.plan(p, "sm_90", family=FAMILY)
+
+
+def test_refused_off_cuda_and_without_bindings_and_with_one_split(monkeypatch, bindings):
+    p = _problem()
+    for target, reason in (("gfx950", "no gfx950 port"), ("cpu", "CUDA C\\+\\+")):
+        with pytest.raises(NoCandidateError, match=reason):
+            convwgrad.plan(p, target, family=FAMILY)
+    with pytest.raises(NoCandidateError, match="split_k=1: the kernel writes fp32 partials"):
+        convwgrad.plan(p, "sm_90", family=FAMILY, split_k=1)
+    _set_bindings(monkeypatch, (None, "cuda-bindings is not importable (test)"))
+    with pytest.raises(NoCandidateError, match="cuda-bindings is not importable"):
+        convwgrad.plan(p, "sm_90", family=FAMILY)
+
+
+@pytest.mark.parametrize("overrides, routed", [
+    ({}, True),
+    (dict(input_size=(28, 28), filter_size=29, padding=14, groups=256, in_channels=256), True),
+    (dict(input_size=(14, 14), filter_size=13, padding=6, groups=320, in_channels=320), True),
+    (dict(input_size=(7, 7), filter_size=13, padding=6, groups=1024, in_channels=1024), False),  # measured slower
+    (dict(filter_size=11, padding=5), False),   # below the measured taps
+    (dict(dtype="fp16"), False),                 # not timed
+    (dict(layout="channels_last"), False),       # refused
+])
+def test_routed_only_on_its_measured_class(overrides, routed, bindings):
+    kwargs = {**REPLKNET, **overrides}
+    dtype, layout = kwargs.pop("dtype", "bf16"), kwargs.pop("layout", "contiguous")
+    p = ConvProblem.build(**kwargs, dtype=dtype, layout=layout)
+    chosen = convwgrad.plan(p, "sm_90")
+    assert (chosen.family == FAMILY) == routed, (chosen.family, chosen.rule)
+    if routed:
+        assert "wgrad_shifted_mma is faster" in chosen.rule and "H200" in chosen.rule
+    assert bool(routing._shifted_mma_measured_faster(p)) == routed or layout == "channels_last"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the GPU run builds with NVRTC)")
+@pytest.mark.parametrize("defines", [[], ["-DELEM_IS_FP16"]], ids=["bf16", "fp16"])
+def test_source_builds_for_sm90_without_spills(tmp_path, defines):
+    """The kernel's sm_90 build: mma.sync and ldmatrix present, no local memory (spills), 24 KB of
+    shared memory a CTA, registers within one CTA's launch bound."""
+    out = tmp_path / "k.cubin"
+    build = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-Xptxas", "-v", *defines, str(launcher.SOURCE),
+                            "-o", str(out)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in build.stderr and "0 bytes stack frame" in build.stderr
+    ptx = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", *defines, str(launcher.SOURCE), "-o", "-"],
+                         capture_output=True, text=True).stdout
+    kind = "f16" if defines else "bf16"
+    mmas = ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32")
+    loads = ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+    # 8 MMAs and 2 ldmatrix.x4 a 16-column block (the block loop may be unrolled)
+    assert mmas >= 8 and mmas % 8 == 0 and loads == mmas // 4, (mmas, loads)

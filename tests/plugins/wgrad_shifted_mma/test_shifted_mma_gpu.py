@@ -1,0 +1,106 @@
+"""The shifted-MMA family on a CUDA GPU with cuda-bindings (skipped otherwise): dW against float64 over
+NaN-poisoned dW and workspace, the family meant to run did run, bitwise-repeatable splits, operands
+with other strides, CUDA-graph capture, the router's choice and a patched NCHW layer."""
+
+import pytest
+import torch
+
+import convwgrad
+from convwgrad.bench import make_inputs
+from convwgrad.plugins.wgrad_shifted_mma import launcher
+from convwgrad.provider import ConvProblem, reference_weight_grad, relative_error
+from convwgrad.provider.dispatch import dispatch_conv_grouped
+from convwgrad.provider.reference import TOLERANCE
+from support import assert_bitwise_repeatable, assert_close_to_reference, run_checked
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.skipif(launcher._bindings()[1] is not None, reason="needs cuda-bindings")]
+FAMILY = "wgrad_shifted_mma"
+
+LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), and odd shapes
+    "replknet-31x31-56": dict(batch=4, groups=128, in_channels=128, input_size=(56, 56), filter_size=31, padding=15),
+    "replknet-29x29-28": dict(batch=4, groups=256, in_channels=256, input_size=(28, 28), filter_size=29, padding=14),
+    "replknet-27x27-14": dict(batch=4, groups=512, in_channels=512, input_size=(14, 14), filter_size=27, padding=13),
+    "unireplknet-13x13-14": dict(batch=4, groups=320, in_channels=320, input_size=(14, 14), filter_size=13, padding=6),
+    "odd-13-17x23": dict(batch=3, groups=5, in_channels=5, input_size=(17, 23), filter_size=13, padding=6),
+    "k32-valid-64": dict(batch=1, groups=4, in_channels=4, input_size=(64, 64), filter_size=32, padding=0),
+    "asym-7x3": dict(batch=5, groups=9, in_channels=9, input_size=(9, 11), filter_size=(7, 3),
+                     padding=((3, 1), (0, 2))),
+    "one-pixel": dict(batch=2, groups=3, in_channels=3, input_size=(1, 1), filter_size=3, padding=1),
+    "channel-tail-6": dict(batch=2, groups=6, in_channels=6, input_size=(40, 41), filter_size=31, padding=0),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_shifted_mma_vs_reference(layer, dtype):
+    p = ConvProblem.build(**LAYERS[layer], dtype=dtype, layout="contiguous")
+    outcome = run_checked(p, family=FAMILY, device="cuda", inputs=make_inputs(p, "cuda"))
+    assert outcome.plan.spec.split_k >= 2
+    assert_close_to_reference(outcome, p)
+
+
+@pytest.mark.parametrize("split_k", [2, 3, 7])
+def test_splits_past_the_batch_and_bitwise_repeatable(split_k):
+    p = ConvProblem.build(**LAYERS["odd-13-17x23"], dtype="bf16", layout="contiguous")
+    inputs = make_inputs(p, "cuda")
+    outcome = run_checked(p, family=FAMILY, device="cuda", inputs=inputs, split_k=split_k)
+    assert_close_to_reference(outcome, p)
+    assert_bitwise_repeatable(p, outcome.plan, *inputs)
+
+
+def test_operands_with_other_strides_are_copied_not_misread():
+    """A view with row padding (layout "contiguous", not contiguous) runs on a copy, correctly."""
+    p = ConvProblem.build(**LAYERS["odd-13-17x23"], dtype="bf16", layout="contiguous")
+    x, dy = make_inputs(p, "cuda")
+    wide_x = torch.randn(*x.shape[:3], x.shape[3] + 5, device="cuda").to(x.dtype)[..., :x.shape[3]]
+    wide_x.copy_(x)
+    wide_dy = torch.randn(*dy.shape[:3], dy.shape[3] + 3, device="cuda").to(dy.dtype)[..., :dy.shape[3]]
+    wide_dy.copy_(dy)
+    assert not wide_x.is_contiguous() and not wide_dy.is_contiguous()
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY)
+    with convwgrad.record_launches() as log:
+        out = dispatch_conv_grouped(p, wide_x, wide_dy, plan=chosen)
+    assert [r.family for r in log] == [FAMILY]
+    assert relative_error(out, reference_weight_grad(p, x, dy)) <= TOLERANCE["bf16"]
+
+
+def test_captured_in_a_cuda_graph():
+    """cuLaunchKernel on the capturing stream: a captured call replays the same dW."""
+    p = ConvProblem.build(**LAYERS["replknet-27x27-14"], dtype="bf16", layout="contiguous")
+    x, dy = make_inputs(p, "cuda")
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY)
+    eager = dispatch_conv_grouped(p, x, dy, plan=chosen)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        dispatch_conv_grouped(p, x, dy, plan=chosen)  # warm: build and prepare outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = dispatch_conv_grouped(p, x, dy, plan=chosen)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured.view(torch.int16), eager.view(torch.int16))
+
+
+def test_router_gives_it_its_measured_class_and_a_patched_nchw_layer_uses_it():
+    p = ConvProblem.build(**LAYERS["replknet-31x31-56"], dtype="bf16", layout="contiguous")
+    chosen = convwgrad.plan(p, "cuda")
+    assert chosen.family == FAMILY, chosen.rule
+    torch.manual_seed(0)
+    stock = torch.nn.Conv2d(128, 128, 31, padding=15, groups=128, bias=False).cuda()
+    patched = convwgrad.patch(torch.nn.Conv2d(128, 128, 31, padding=15, groups=128, bias=False).cuda())
+    patched.load_state_dict(stock.state_dict())
+    x = torch.randn(4, 128, 56, 56, device="cuda")
+    dy = torch.randn(4, 128, 56, 56, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        stock(x).backward(dy)
+        with convwgrad.record_launches() as log:
+            patched(x).backward(dy)
+    torch.cuda.synchronize()
+    assert [r.family for r in log] == [FAMILY]
+    reference = reference_weight_grad(p, x.bfloat16(), dy.bfloat16())
+    assert relative_error(patched.weight.grad, reference) <= TOLERANCE["bf16"]
+    assert relative_error(stock.weight.grad, reference) <= TOLERANCE["bf16"]
