@@ -60,6 +60,9 @@
 #   hostparts  host us of each part of a staged dW call (allocations, three ways to launch, the prepared call,
 #            the op's path, aten's dW/dX/both), main thread and engine thread (tools/host_parts.py)
 #   shiftedmma  the shifted-MMA family's GPU tests, layer bench and RepLKNet-31B NCHW same-model steps
+#   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
+#            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
+#   hostoverhead  host us a call over aten.convolution_backward (tools/host_overhead.py) alone
 #   compiledsteps  timm models (COMPILED_MODELS) channels_last under torch.compile's default mode, stock vs patched
 #   hostparts2  hostparts for this checkout and for session 9's library (build/old: `git archive c5efda5
 #            convwgrad | tar -x -C build/old`, carried)
@@ -253,6 +256,21 @@ PY
       timeout ${MMASTEPS_LIMIT_S:-200} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} --layouts contiguous \
         --same-model --with-control --rounds 3 --json "$OUT/steps_mma.json" 2>&1 | grep -v -i warn \
         | tee "$OUT/steps_mma.txt" | tail -8 ;;
+    mmacl)
+      # session 12: the shifted-MMA kernel reading channels_last operands in place: its GPU tests (both layouts),
+      # the layer bench (in place beside copying to NCHW first, cuDNN, the Triton shifted family), and
+      # RepLKNet-31B channels_last steps with its large layers given to the family (route experiment)
+      OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
+        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      timeout 130 python3 tools/proto_shifted_mma.py --layouts channels_last contiguous --json "$OUT/shifted_mma_cl.json" \
+        2>&1 | grep -v -i warn | tee "$OUT/shifted_mma_cl.txt"
+      timeout ${MMASTEPS_LIMIT_S:-180} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
+        --layouts channels_last --same-model --with-control --rounds 3 \
+        --plugin tools/route_experiments.py:large_channels_last_to_shifted_mma --json "$OUT/steps_mma_cl.json" 2>&1 \
+        | grep -v -i warn | tee "$OUT/steps_mma_cl.txt" | tail -8 ;;
+    hostoverhead)
+      timeout 120 python3 tools/host_overhead.py --calls 100 --json "$OUT/host_overhead.json" 2>&1 | grep -v Warn \
+        | tee "$OUT/host_overhead.txt" ;;
     compiledsteps)
       # torch.compile's default mode (no CUDA graphs), stock vs patched, every layer planned for torch in eager:
       # session 10 measured 0.88-0.95x before the stock backward and the forward lowering landed

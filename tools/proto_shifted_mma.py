@@ -6,7 +6,9 @@ layer; variant 2, one warp a channel: 117 us; git 9776001 holds both); it is the
 kernel now, and its numerics are tests/plugins/wgrad_shifted_mma/test_shifted_mma_gpu.py's.
 
 Usage (GPU machine, repo root):
-  python tools/proto_shifted_mma.py [--json F] [--only LAYER ...]   # graph replay / eager us a call
+  python tools/proto_shifted_mma.py [--json F] [--only LAYER ...] [--layouts contiguous channels_last]
+  # graph replay / eager us a call; in channels_last the family's call reading the operands in place
+  # beside the one copying them to NCHW first (session 12)
 """
 
 from __future__ import annotations
@@ -25,63 +27,91 @@ BENCH_LAYERS = [  # (name, N, C, H, k): RepLKNet-31B's large filters at batch 32
 ]
 
 
-def bench(json_path, only=None):
+def bench(json_path, only=None, layouts=("contiguous",)):
+    import torch
+
+    rows = []
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; bf16; us: graph replay / eager; "
+          f"mma_inplace / mma_copy: the family's prepared call reading the operands in place / copying "
+          f"channels_last ones to NCHW first (launcher.COPY_CHANNELS_LAST)")
+    for layout in layouts:
+        for name, n, c, h, k in BENCH_LAYERS:
+            if only and name not in only:
+                continue
+            rows.append(_bench_layer(layout, name, n, c, h, k))
+    if json_path:
+        pathlib.Path(json_path).write_text(json.dumps(rows, indent=1))
+
+
+def _bench_layer(layout, name, n, c, h, k):
     import torch
 
     import convwgrad
+    from convwgrad.plugins.wgrad_shifted_mma import launcher
     from convwgrad.provider import ConvProblem, reference_weight_grad, relative_error
     from convwgrad.provider.dispatch import dispatch_conv_grouped
     sys.path.insert(0, os.path.dirname(__file__))
     from step_bench import _eager_time_us, _graph_time_us
 
-    rows = []
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; bf16, NCHW-contiguous inputs; us: graph replay / eager")
-    for name, n, c, h, k in BENCH_LAYERS:
-        if only and name not in only:
-            continue
-        p = k // 2
-        problem = ConvProblem.build(batch=n, groups=c, in_channels=c, input_size=(h, h), filter_size=k, padding=p,
-                                    dtype="bf16", layout="contiguous")
-        g = torch.Generator(device="cuda").manual_seed(c + k)
-        x = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
-        dy = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
-        w = torch.empty(c, 1, k, k, device="cuda", dtype=torch.bfloat16)
-        xcl, dycl = x.to(memory_format=torch.channels_last), dy.to(memory_format=torch.channels_last)
+    p = k // 2
+    problem = ConvProblem.build(batch=n, groups=c, in_channels=c, input_size=(h, h), filter_size=k, padding=p,
+                                dtype="bf16", layout=layout)
+    g = torch.Generator(device="cuda").manual_seed(c + k)
+    x = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
+    dy = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.empty(c, 1, k, k, device="cuda", dtype=torch.bfloat16)
+    xcl, dycl = x.to(memory_format=torch.channels_last), dy.to(memory_format=torch.channels_last)
+    xl, dyl = (xcl, dycl) if layout == "channels_last" else (x, dy)
 
-        def cudnn(x=x, dy=dy):
-            return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [p, p], [1, 1], False, [0, 0], c,
-                                                       [False, True, False])[1]
+    def cudnn(x=x, dy=dy):
+        return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [p, p], [1, 1], False, [0, 0], c,
+                                                   [False, True, False])[1]
 
-        plans = {"shifted": convwgrad.plan(problem, "cuda", family="wgrad_shifted"),
-                 "mma": convwgrad.plan(problem, "cuda", family="wgrad_shifted_mma"),
-                 "routed": convwgrad.plan(problem, "cuda")}
-        calls = {"cudnn_nchw": cudnn, "cudnn_cl": lambda: cudnn(xcl, dycl),
-                 **{label: (lambda chosen=chosen: dispatch_conv_grouped(problem, x, dy, plan=chosen))
-                    for label, chosen in plans.items()}}
-        ref = reference_weight_grad(problem, x, dy, device=x.device) if n * c * h * h <= 2 ** 24 else None
-        row = dict(layer=name, N=n, C=c, H=h, k=k, routed_family=plans["routed"].family)
-        if ref is not None:
-            row["mma_err"] = relative_error(calls["mma"](), ref)
-        for label, fn in calls.items():
-            row[label] = (_graph_time_us(fn), _eager_time_us(fn))
-        floor = max(2 * (x.numel() + dy.numel()) / 4.25e12, 2 * n * c * h * h * k * k / 700e12) * 1e6
-        row["floor_us"] = floor
-        rows.append(row)
-        mma = row["mma"][0]
-        print(f"{name:24s} floor {floor:6.1f} | " + " | ".join(f"{lab} {row[lab][0]:7.1f}/{row[lab][1]:7.1f}" for lab in calls)
-              + f" | mma {row['cudnn_nchw'][0] / mma:5.1f}x cuDNN-NCHW, {row['cudnn_cl'][0] / mma:5.1f}x cuDNN-CL, "
-              f"{row['shifted'][0] / mma:5.2f}x shifted, {mma / floor:5.1f}x floor; routed {row['routed_family']}"
-              + (f"; err {row['mma_err']:.1e}" if "mma_err" in row else ""), flush=True)
-    if json_path:
-        pathlib.Path(json_path).write_text(json.dumps(rows, indent=1))
+    plans = {"shifted": convwgrad.plan(problem, "cuda", family="wgrad_shifted"),
+             "routed": convwgrad.plan(problem, "cuda")}
+    mma_plan = convwgrad.plan(problem, "cuda", family="wgrad_shifted_mma")
+    workspace = torch.empty(mma_plan.workspace_nbytes, dtype=torch.uint8, device="cuda")
+    bound = {}
+    for label, copy in (("mma_inplace", False), ("mma_copy", True)):
+        saved, launcher.COPY_CHANNELS_LAST = launcher.COPY_CHANNELS_LAST, copy
+        try:
+            bound[label] = launcher.prepare(problem, mma_plan.spec, mma_plan.target, xl, dyl, None)
+        finally:
+            launcher.COPY_CHANNELS_LAST = saved
+    calls = {"cudnn_nchw": cudnn, "cudnn_cl": lambda: cudnn(xcl, dycl),
+             **{label: (lambda b=b: b.run(xl, dyl, None, workspace)) for label, b in bound.items()},
+             **{label: (lambda chosen=chosen: dispatch_conv_grouped(problem, xl, dyl, plan=chosen))
+                for label, chosen in plans.items()}}
+    if layout != "channels_last":
+        del calls["mma_copy"]  # the same call as in place there
+    ref = reference_weight_grad(problem, x, dy, device=x.device) if n * c * h * h <= 2 ** 24 else None
+    row = dict(layer=name, layout=layout, N=n, C=c, H=h, k=k, routed_family=plans["routed"].family)
+    if ref is not None:
+        for label in ("mma_inplace", "mma_copy", "routed"):
+            if label in calls:
+                out = calls[label]()
+                row[f"{label}_err"] = relative_error(out, ref)
+    for label, fn in calls.items():
+        row[label] = (_graph_time_us(fn), _eager_time_us(fn))
+    floor = max(2 * (x.numel() + dy.numel()) / 4.25e12, 2 * n * c * h * h * k * k / 700e12) * 1e6
+    row["floor_us"] = floor
+    mma = min(row[label][0] for label in ("mma_inplace", "mma_copy") if label in row)
+    baseline = "cudnn_cl" if layout == "channels_last" else "cudnn_nchw"
+    errs = ", ".join(f"{key[:-4]} {value:.1e}" for key, value in row.items() if key.endswith("_err"))
+    print(f"{layout[:4]} {name:24s} floor {floor:6.1f} | "
+          + " | ".join(f"{lab} {row[lab][0]:7.1f}/{row[lab][1]:7.1f}" for lab in calls)
+          + f" | best mma {row[baseline][0] / mma:5.1f}x {baseline}, {row['shifted'][0] / mma:5.2f}x shifted, "
+          f"{mma / floor:5.1f}x floor; routed {row['routed_family']}" + (f"; err {errs}" if errs else ""), flush=True)
+    return row
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json")
     ap.add_argument("--only", action="append", help="this layer only (repeatable)")
+    ap.add_argument("--layouts", nargs="+", default=["contiguous"], choices=["contiguous", "channels_last"])
     a = ap.parse_args()
-    bench(a.json, a.only)
+    bench(a.json, a.only, tuple(a.layouts))
     return 0
 
 

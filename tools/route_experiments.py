@@ -50,6 +50,13 @@ than the patched layer's host time:
     python tools/step_bench.py --same-model --with-control --layouts channels_last \
         --models convnext_tiny:64,mobilenetv2_100:128 --plugin tools/route_experiments.py:large_depthwise_to_staged
 
+``large_channels_last_to_shifted_mma``: the shifted-MMA family's routed class (undilated stride-1 bf16
+depthwise filters of >= 13x13 on rows of >= 14 columns) in channels_last too, where the kernel reads
+the operands in place (session 12); the router gives it NCHW layers only until a model run says so:
+
+    python tools/step_bench.py --same-model --with-control --layouts channels_last \\
+        --models replknet31b:16 --plugin tools/route_experiments.py:large_channels_last_to_shifted_mma
+
 (Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
 and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
 """
@@ -58,7 +65,7 @@ import math
 
 from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.registry import Choice
-from convwgrad.selectors.routing import DILATED_SHIFTED_FROM_TAPS
+from convwgrad.selectors.routing import DILATED_SHIFTED_FROM_TAPS, SHIFTED_MMA_FROM_TAPS, SHIFTED_MMA_MIN_OUTPUT_WIDTH
 
 #: UniRepLKNet-T's 3x3 dilated branches: 1.4e8 / 7.2e7 / 3.6e7 multiply-adds at N=128 (stages 2-4),
 #: 3.6e7 and less at N=32, whose host-bound step lost with dilated branches routed: this bound
@@ -115,3 +122,10 @@ cudnn_5x5_s2_to_staged = RouteExperiment(
     "cudnn_5x5_s2_to_staged", "wgrad_staged", "5x5 stride-2 depthwise of >= 640 channels, bf16 channels_last",
     lambda p: p.layout == "channels_last" and p.dtype == "bf16" and p.filter_size == (5, 5) and p.stride == (2, 2)
     and p.in_channels >= 640 and all(d == 1 for d in p.dilation))
+large_channels_last_to_shifted_mma = RouteExperiment(
+    "large_channels_last_to_shifted_mma", "wgrad_shifted_mma",
+    f"bf16 channels_last undilated stride-1 depthwise of >= {SHIFTED_MMA_FROM_TAPS} taps on rows of >= "
+    f"{SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns",
+    lambda p: p.layout == "channels_last" and p.dtype == "bf16" and math.prod(p.filter_size) >= SHIFTED_MMA_FROM_TAPS
+    and p.output_size[1] >= SHIFTED_MMA_MIN_OUTPUT_WIDTH and all(s == 1 for s in p.stride)
+    and all(d == 1 for d in p.dilation))

@@ -52,6 +52,12 @@ SHIFTED_FROM_TAPS = 13 * 13
 #: one 16-column block with 7 columns used, so rows narrower than 14 stay with the shifted family.
 SHIFTED_MMA_FROM_TAPS = 13 * 13
 SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
+#: The layouts that class was measured faster in, each with its measurement (the rule explain() prints).
+SHIFTED_MMA_MEASURED = {
+    "contiguous": (f"H200, 2026-12-04: bf16 NCHW undilated depthwise filters of >= {SHIFTED_MMA_FROM_TAPS} taps on "
+                   f"rows of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns, 1.7-8.4x the Triton shifted family and "
+                   f"14-139x cuDNN on RepLKNet-31B's 27x27-31x31, SLaK's 31x31 and UniRepLKNet's 13x13 layers"),
+}
 #: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
 #: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
 #: (tools/family_bench.py, notes/data/dilated_h200_2026-12-03s5.txt): UniRepLKNet-T's 7x7
@@ -232,17 +238,16 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
 
 
 def _shifted_mma_measured_faster(problem) -> str | None:
-    """The class the shifted-MMA family was measured faster on (bf16 NCHW, undilated stride-1
-    depthwise 2-D filters of >= SHIFTED_MMA_FROM_TAPS taps and output rows of >= 14 columns), or None."""
+    """The class the shifted-MMA family was measured faster on (bf16, a layout of SHIFTED_MMA_MEASURED,
+    undilated stride-1 depthwise 2-D filters of >= SHIFTED_MMA_FROM_TAPS taps and output rows of >= 14
+    columns): its measurement, or None."""
     if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
-            or problem.layout != "contiguous" or any(d != 1 for d in problem.dilation)
+            or problem.layout not in SHIFTED_MMA_MEASURED or any(d != 1 for d in problem.dilation)
             or any(s != 1 for s in problem.stride)):
         return None  # fp16 runs the same kernel but was not timed; the rest it refuses or was not measured on
     if math.prod(problem.filter_size) < SHIFTED_MMA_FROM_TAPS or problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
         return None
-    return (f"H200, 2026-12-04: bf16 NCHW undilated depthwise filters of >= {SHIFTED_MMA_FROM_TAPS} taps on rows of "
-            f">= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns, 1.7-8.4x the Triton shifted family and 14-139x cuDNN on "
-            f"RepLKNet-31B's 27x27-31x31, SLaK's 31x31 and UniRepLKNet's 13x13 layers")
+    return SHIFTED_MMA_MEASURED[problem.layout]
 
 
 def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:

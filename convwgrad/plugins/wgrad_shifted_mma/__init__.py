@@ -12,9 +12,9 @@ and 16 columns. The Triton shifted family (``wgrad_shifted``) forms the same ope
 element from global memory and is bound by that (session 3's ncu).
 
 Admitted: 2-D depthwise, stride 1, dilation 1, filters up to 32 x 32, rows up to 64 wide, bf16
-and fp16, NCHW-contiguous operands, CUDA sm_80+ with cuda-bindings (NVRTC and the driver API).
-Everything else is refused with its reason (channels_last, dilation and wider rows are not
-written yet).
+and fp16, operands of any strides (NCHW, channels_last and views are read in place), CUDA sm_80+
+with cuda-bindings (NVRTC and the driver API). Everything else is refused with its reason
+(dilation, stride and wider rows are not written yet).
 
 Routing: opt-in (``selectors.routing.OPT_IN_FAMILIES``); the router gives it the class it was
 measured faster on (``routing.SHIFTED_MMA_FROM_TAPS``).

@@ -1,5 +1,10 @@
 // The shifted-MMA family's kernel: depthwise dW of large filters as a shifted GEMM on mma.sync
-// (sm_80+), NCHW. Built at run time by NVRTC (launcher.py); one source for bf16 and fp16.
+// (sm_80+). Built at run time by NVRTC (launcher.py); one source for bf16 and fp16. The operands
+// are read through their element strides (n, c, h, w), so NCHW, channels_last and strided views
+// run in place. A row costs each lane four 2-byte loads in any layout (the NCHW loads were never
+// vectors); in channels_last a warp's row load touches 32 sectors instead of 2, shared with the
+// CTA's 3 other channels and the neighbouring CTAs through L1/L2. What that costs against copying
+// to NCHW first is measured (launcher.COPY_CHANNELS_LAST, notes/PERF.md "Session 12").
 //
 // For one channel and stride 1,   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + kx] * dY[n, r + PH - ky, ow]
 // (r an input row, Xpad the input row padded by PW on the left). Per input row r and 16 output
@@ -21,7 +26,7 @@
 // 32 fp32 accumulators. Each warp writes its channel's fp32 partial [split, C, KH, KW]; the shared
 // ordered reduction sums the splits (deterministic).
 // Limits (launcher.py checks them): stride 1, dilation 1, KH, KW <= 32, W, OW <= 64, top padding
-// < 33, NCHW-contiguous input and grad_output, depthwise.
+// < 33, depthwise.
 // History: a first version (one CTA a channel, 4 warps = 4 column blocks, a CTA barrier and a
 // modulo a row, B by 32-bit loads) took 223 us on RepLKNet-31B's 31x31 56x56 C128 N=32 layer, issue-
 // bound (ncu: 55 % issue slots, IPC 2.3); this one 117 us (notes/PERF.md, session 11).
@@ -61,8 +66,10 @@ __device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, cons
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
-wgrad_shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
-                      int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split) {
+wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
+                      int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,
+                      long long sxn, long long sxc, long long sxh, long long sxw,
+                      long long sdn, long long sdc, long long sdh, long long sdw) {
     __shared__ __align__(16) elem_t xs_all[WARPS][2 * XBUF];
     __shared__ __align__(16) elem_t ring_all[WARPS][RING * RING_STRIDE];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -72,8 +79,9 @@ wgrad_shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ 
     elem_t* ring = ring_all[warp];
     const int n_begin = split * images_per_split;
     const int n_end = min(N, n_begin + images_per_split);
-    const long long plane = (long long)H * W, oplane = (long long)OH * OW;
     const int col_blocks = (OW + 15) >> 4;
+    // element offsets of this lane's two columns (lane, lane + 32) in an input and a grad_output row
+    const long long xo0 = lane * sxw, xo1 = (lane + 32) * sxw, do0 = lane * sdw, do1 = (lane + 32) * sdw;
 
     for (int i = lane; i < 2 * XBUF; i += 32) xs[i] = 0;
     float acc[2][4][4];
@@ -87,22 +95,22 @@ wgrad_shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ 
     const int lm_ky = 8 * (lane >> 4) + (lane & 7), lm_col = ((lane >> 3) & 1) * 8;
 
     for (int n = n_begin; n < n_end; ++n) {
-        const elem_t* xn = x + ((long long)n * C + c) * plane;
-        const elem_t* dyn = dy + ((long long)n * C + c) * oplane;
+        const elem_t* xn = x + n * sxn + c * sxc;
+        const elem_t* dyn = dy + n * sdn + c * sdc;
         __syncwarp();
         for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
         __syncwarp();
         for (int i = lane; i < PH * COLS; i += 32) {
             const int row = i >> 6, cc = i & 63;
-            if (row < OH && cc < OW) ring[row * RING_STRIDE + cc] = dyn[(long long)row * OW + cc];
+            if (row < OH && cc < OW) ring[row * RING_STRIDE + cc] = dyn[row * sdh + cc * sdw];
         }
         // prefetch step 0: lane holds input columns lane and lane + 32, grad_output columns alike
         elem_t xv0 = 0, xv1 = 0, dv0 = 0, dv1 = 0;
-        if (lane < W) xv0 = xn[lane];
-        if (lane + 32 < W) xv1 = xn[lane + 32];
+        if (lane < W) xv0 = xn[xo0];
+        if (lane + 32 < W) xv1 = xn[xo1];
         if (PH < OH) {
-            if (lane < OW) dv0 = dyn[(long long)PH * OW + lane];
-            if (lane + 32 < OW) dv1 = dyn[(long long)PH * OW + lane + 32];
+            if (lane < OW) dv0 = dyn[PH * sdh + do0];
+            if (lane + 32 < OW) dv1 = dyn[PH * sdh + do1];
         }
         int slot = PH % RING;   // ring slot of grad_output row r + PH
         for (int r = 0; r < H; ++r) {
@@ -113,13 +121,13 @@ wgrad_shifted_mma_nchw(const elem_t* __restrict__ x, const elem_t* __restrict__ 
             if (lane + 32 < OW) ring[slot * RING_STRIDE + lane + 32] = dv1;
             xv0 = xv1 = dv0 = dv1 = 0;
             if (r + 1 < H) {
-                const elem_t* xr = xn + (long long)(r + 1) * W;
-                if (lane < W) xv0 = xr[lane];
-                if (lane + 32 < W) xv1 = xr[lane + 32];
+                const elem_t* xr = xn + (r + 1) * sxh;
+                if (lane < W) xv0 = xr[xo0];
+                if (lane + 32 < W) xv1 = xr[xo1];
                 if (r + 1 + PH < OH) {
-                    const elem_t* dr = dyn + (long long)(r + 1 + PH) * OW;
-                    if (lane < OW) dv0 = dr[lane];
-                    if (lane + 32 < OW) dv1 = dr[lane + 32];
+                    const elem_t* dr = dyn + (r + 1 + PH) * sdh;
+                    if (lane < OW) dv0 = dr[do0];
+                    if (lane + 32 < OW) dv1 = dr[do1];
                 }
             }
             __syncwarp();

@@ -26,7 +26,7 @@ from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 
 SOURCE = pathlib.Path(__file__).with_name("kernels.cu")
-KERNEL_NAME = "wgrad_shifted_mma_nchw"
+KERNEL_NAME = "wgrad_shifted_mma_kernel"
 #: Warps (channels) a CTA, as the source's WARPS.
 WARPS = 4
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
@@ -39,6 +39,12 @@ MAX_TOP_PADDING = 32
 #: Chosen before measuring (session 11); the timed layers ran at this value.
 TARGET_CTAS = 132 * 8
 DTYPES = {"bf16": (), "fp16": ("-DELEM_IS_FP16",)}
+#: Layouts the kernel reads in place, through the operands' element strides.
+LAYOUTS = ("contiguous", "channels_last")
+#: Whether channels_last operands are copied to NCHW before the kernel instead of read in place
+#: (a warp's row load then touches 2 sectors instead of 32, for two copies of the operands).
+#: Chosen by measurement: tools/proto_shifted_mma.py --layouts channels_last times both side by side.
+COPY_CHANNELS_LAST = False
 
 
 @functools.cache
@@ -69,9 +75,8 @@ def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
                        f"output channel a group)")
     if problem.dtype not in DTYPES:
         reasons.append(f"dtype={problem.dtype}: bf16 and fp16 only (mma.sync on 16-bit operands)")
-    if problem.layout != "contiguous":
-        reasons.append(f"layout={problem.layout}: the kernel reads NCHW rows (one channel's plane contiguous); "
-                       f"channels_last is not written")
+    if problem.layout not in LAYOUTS:
+        reasons.append(f"layout={problem.layout}: the kernel reads {' and '.join(LAYOUTS)} operands")
     if problem.spatial_dims == 2:
         if tuple(problem.stride) != (1, 1) or tuple(problem.dilation) != (1, 1):
             reasons.append(f"stride={tuple(problem.stride)}, dilation={tuple(problem.dilation)}: stride 1 and "
@@ -152,20 +157,36 @@ def _function(dtype: str, arch: str, device_index: int):
     return module, function  # the module stays referenced with the function
 
 
-_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 11
+_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 11 + (ctypes.c_longlong,) * 8
+
+
+def _nchw_strides(shape) -> tuple[int, ...]:
+    """The element strides ``.contiguous()`` gives a tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def copies_operands(problem: ConvProblem) -> bool:
+    """Whether a call copies its operands to NCHW before the kernel (COPY_CHANNELS_LAST); explain's words."""
+    return COPY_CHANNELS_LAST and problem.layout == "channels_last"
 
 
 def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     validate(problem, spec, target)
-    # the kernel indexes NCHW-contiguous planes; other strides (a view a caller passes; the custom op
-    # hands over the input's layout) are copied, decided once for the prepared call's strides
-    copy_x, copy_dy = not input.is_contiguous(), not grad_output.is_contiguous()
+    # the kernel reads any strides in place (the prepared call is bound to these: dispatch keys its
+    # prepared calls by the operands' strides), unless channels_last operands are copied to NCHW
+    copy = copies_operands(problem)
+    strides = (*(_nchw_strides(input.shape) if copy else input.stride()),
+               *(_nchw_strides(grad_output.shape) if copy else grad_output.stride()))
     (driver, _), _ = _bindings()
     device_index = input.device.index
     _, function = _function(problem.dtype, target.arch, device_index)
     (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
     scalars = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0],
-               problem.padding[1][0], images_per_split(problem, spec))
+               problem.padding[1][0], images_per_split(problem, spec), *strides)
     stage1_grid, stage2_grid = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
     # stage 2 is bound to out's strides (a patched layer's dW comes in the weight's strides), as in
@@ -180,8 +201,8 @@ def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     block = (32 * WARPS, 1, 1)
 
     def launch_stages(x, dy, out, workspace):
-        x = x.contiguous() if copy_x else x
-        dy = dy.contiguous() if copy_dy else dy
+        if copy:
+            x, dy = x.contiguous(), dy.contiguous()
         partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
         stream = torch.cuda.current_stream(device_index).cuda_stream
         args = ((x.data_ptr(), dy.data_ptr(), partials.data_ptr(), *scalars), _ARG_TYPES)

@@ -36,6 +36,7 @@ def bindings(monkeypatch):
     clear_plan_cache()
 
 
+@pytest.mark.parametrize("layout", launcher.LAYOUTS)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [
     REPLKNET,
@@ -43,8 +44,8 @@ def bindings(monkeypatch):
     dict(batch=1, groups=7, in_channels=7, input_size=(64, 64), filter_size=32, padding=0),
     dict(batch=5, groups=9, in_channels=9, input_size=(9, 11), filter_size=(7, 3), padding=((3, 1), (0, 2))),
 ], ids=["replknet-31", "odd-13", "k32-valid", "asym"])
-def test_admitted_with_every_split_holding_images(shape, dtype, bindings):
-    p = ConvProblem.build(**shape, dtype=dtype, layout="contiguous")
+def test_admitted_with_every_split_holding_images(shape, dtype, layout, bindings):
+    p = ConvProblem.build(**shape, dtype=dtype, layout=layout)
     chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
     spec = chosen.spec
     assert spec.family == FAMILY and chosen.two_stage and spec.split_k >= 2
@@ -55,7 +56,6 @@ def test_admitted_with_every_split_holding_images(shape, dtype, bindings):
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (dict(layout="channels_last"), "layout=channels_last"),
     (dict(dtype="fp32"), "dtype=fp32"),
     (dict(stride=2), "stride=(2, 2)"),
     (dict(dilation=2, padding=30), "dilation=(2, 2)"),
@@ -92,7 +92,7 @@ def test_refused_off_cuda_and_without_bindings_and_with_one_split(monkeypatch, b
     (dict(input_size=(7, 7), filter_size=13, padding=6, groups=1024, in_channels=1024), False),  # measured slower
     (dict(filter_size=11, padding=5), False),   # below the measured taps
     (dict(dtype="fp16"), False),                 # not timed
-    (dict(layout="channels_last"), False),       # refused
+    (dict(layout="channels_last"), False),       # admitted, not measured faster in that layout
 ])
 def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     kwargs = {**REPLKNET, **overrides}
@@ -102,7 +102,7 @@ def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     assert (chosen.family == FAMILY) == routed, (chosen.family, chosen.rule)
     if routed:
         assert "wgrad_shifted_mma is faster" in chosen.rule and "H200" in chosen.rule
-    assert bool(routing._shifted_mma_measured_faster(p)) == routed or layout == "channels_last"
+    assert bool(routing._shifted_mma_measured_faster(p)) == routed
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the GPU run builds with NVRTC)")

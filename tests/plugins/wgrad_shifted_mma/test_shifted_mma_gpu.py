@@ -1,6 +1,7 @@
 """The shifted-MMA family on a CUDA GPU with cuda-bindings (skipped otherwise): dW against float64 over
-NaN-poisoned dW and workspace, the family meant to run did run, bitwise-repeatable splits, operands
-with other strides, CUDA-graph capture, the router's choice and a patched NCHW layer."""
+NaN-poisoned dW and workspace in both layouts, the family meant to run did run, bitwise-repeatable
+splits, operands with other strides read in place, CUDA-graph capture, the router's choice and a
+patched NCHW layer."""
 
 import pytest
 import torch
@@ -32,43 +33,50 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
 }
 
 
+@pytest.mark.parametrize("layout", launcher.LAYOUTS)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_shifted_mma_vs_reference(layer, dtype):
-    p = ConvProblem.build(**LAYERS[layer], dtype=dtype, layout="contiguous")
+def test_shifted_mma_vs_reference(layer, dtype, layout):
+    p = ConvProblem.build(**LAYERS[layer], dtype=dtype, layout=layout)
     outcome = run_checked(p, family=FAMILY, device="cuda", inputs=make_inputs(p, "cuda"))
     assert outcome.plan.spec.split_k >= 2
     assert_close_to_reference(outcome, p)
 
 
+@pytest.mark.parametrize("layout", launcher.LAYOUTS)
 @pytest.mark.parametrize("split_k", [2, 3, 7])
-def test_splits_past_the_batch_and_bitwise_repeatable(split_k):
-    p = ConvProblem.build(**LAYERS["odd-13-17x23"], dtype="bf16", layout="contiguous")
+def test_splits_past_the_batch_and_bitwise_repeatable(split_k, layout):
+    p = ConvProblem.build(**LAYERS["odd-13-17x23"], dtype="bf16", layout=layout)
     inputs = make_inputs(p, "cuda")
     outcome = run_checked(p, family=FAMILY, device="cuda", inputs=inputs, split_k=split_k)
     assert_close_to_reference(outcome, p)
     assert_bitwise_repeatable(p, outcome.plan, *inputs)
 
 
-def test_operands_with_other_strides_are_copied_not_misread():
-    """A view with row padding (layout "contiguous", not contiguous) runs on a copy, correctly."""
+def test_operands_with_other_strides_are_read_in_place_not_misread():
+    """Views with row padding (layout "contiguous", not contiguous) and a grad_output broadcast
+    along the batch (stride 0, as ``expand`` gives) are read through their strides, correctly."""
     p = ConvProblem.build(**LAYERS["odd-13-17x23"], dtype="bf16", layout="contiguous")
     x, dy = make_inputs(p, "cuda")
     wide_x = torch.randn(*x.shape[:3], x.shape[3] + 5, device="cuda").to(x.dtype)[..., :x.shape[3]]
     wide_x.copy_(x)
     wide_dy = torch.randn(*dy.shape[:3], dy.shape[3] + 3, device="cuda").to(dy.dtype)[..., :dy.shape[3]]
     wide_dy.copy_(dy)
-    assert not wide_x.is_contiguous() and not wide_dy.is_contiguous()
+    broadcast_dy = dy[:1].expand_as(dy)
+    assert not wide_x.is_contiguous() and not wide_dy.is_contiguous() and broadcast_dy.stride(0) == 0
     chosen = convwgrad.plan(p, "cuda", family=FAMILY)
-    with convwgrad.record_launches() as log:
-        out = dispatch_conv_grouped(p, wide_x, wide_dy, plan=chosen)
-    assert [r.family for r in log] == [FAMILY]
-    assert relative_error(out, reference_weight_grad(p, x, dy)) <= TOLERANCE["bf16"]
+    for x_view, dy_view in ((wide_x, wide_dy), (x, broadcast_dy)):
+        with convwgrad.record_launches() as log:
+            out = dispatch_conv_grouped(p, x_view, dy_view, plan=chosen)
+        assert [r.family for r in log] == [FAMILY]
+        reference = reference_weight_grad(p, x_view.contiguous(), dy_view.contiguous())
+        assert relative_error(out, reference) <= TOLERANCE["bf16"]
 
 
-def test_captured_in_a_cuda_graph():
+@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+def test_captured_in_a_cuda_graph(layout):
     """cuLaunchKernel on the capturing stream: a captured call replays the same dW."""
-    p = ConvProblem.build(**LAYERS["replknet-27x27-14"], dtype="bf16", layout="contiguous")
+    p = ConvProblem.build(**LAYERS["replknet-27x27-14"], dtype="bf16", layout=layout)
     x, dy = make_inputs(p, "cuda")
     chosen = convwgrad.plan(p, "cuda", family=FAMILY)
     eager = dispatch_conv_grouped(p, x, dy, plan=chosen)
