@@ -52,11 +52,25 @@ SHIFTED_FROM_TAPS = 13 * 13
 #: one 16-column block with 7 columns used, so rows narrower than 14 stay with the shifted family.
 SHIFTED_MMA_FROM_TAPS = 13 * 13
 SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
-#: The layouts that class was measured faster in, each with its measurement (the rule explain() prints).
+#: channels_last (the kernel reads the operands in place, session 12): fewest taps measured faster there.
+#: H100, bf16, graph replay, same process (tools/proto_shifted_mma.py --layouts channels_last contiguous,
+#: notes/PERF.md "Session 12"): RepLKNet-31B N=32 31x31 56x56 200 us (Triton shifted 883, cuDNN CL 15966),
+#: 29x29 28x28 134 (407, 7079), 27x27 14x14 100 (181, 3338); SLaK 31x31 N=16 72 (391, 6512). It lost on
+#: UniRepLKNet's 13x13 layers (14x14 C320 N=32: 59 us, shifted 50; 28x28 C160 N=4: 21, 19): a channels_last
+#: row load touches a sector a lane, and 13x13 taps leave too little MMA work to hide it. Between 13x13 and
+#: 27x27 nothing was measured, so channels_last starts at the smallest filter it won.
+SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS = 27 * 27
+#: The layouts the class was measured faster in: (fewest taps, the measurement explain() prints).
 SHIFTED_MMA_MEASURED = {
-    "contiguous": (f"H200, 2026-12-04: bf16 NCHW undilated depthwise filters of >= {SHIFTED_MMA_FROM_TAPS} taps on "
+    "contiguous": (SHIFTED_MMA_FROM_TAPS,
+                   f"H200, 2026-12-04: bf16 NCHW undilated depthwise filters of >= {SHIFTED_MMA_FROM_TAPS} taps on "
                    f"rows of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns, 1.7-8.4x the Triton shifted family and "
                    f"14-139x cuDNN on RepLKNet-31B's 27x27-31x31, SLaK's 31x31 and UniRepLKNet's 13x13 layers"),
+    "channels_last": (SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS,
+                      f"H100, 2026-12-05: bf16 channels_last undilated depthwise filters of >= "
+                      f"{SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS} taps on rows of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} "
+                      f"columns, read in place: 1.8-5.4x the Triton shifted family and 33-90x cuDNN on RepLKNet-31B's "
+                      f"27x27-31x31 and SLaK's 31x31 layers; RepLKNet-31B N=16 step 1.40x stock (A/A 0.99x)"),
 }
 #: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
 #: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
@@ -239,15 +253,16 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
 
 def _shifted_mma_measured_faster(problem) -> str | None:
     """The class the shifted-MMA family was measured faster on (bf16, a layout of SHIFTED_MMA_MEASURED,
-    undilated stride-1 depthwise 2-D filters of >= SHIFTED_MMA_FROM_TAPS taps and output rows of >= 14
+    undilated stride-1 depthwise 2-D filters of at least that layout's taps and output rows of >= 14
     columns): its measurement, or None."""
     if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
             or problem.layout not in SHIFTED_MMA_MEASURED or any(d != 1 for d in problem.dilation)
             or any(s != 1 for s in problem.stride)):
         return None  # fp16 runs the same kernel but was not timed; the rest it refuses or was not measured on
-    if math.prod(problem.filter_size) < SHIFTED_MMA_FROM_TAPS or problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
+    from_taps, measurement = SHIFTED_MMA_MEASURED[problem.layout]
+    if math.prod(problem.filter_size) < from_taps or problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
         return None
-    return SHIFTED_MMA_MEASURED[problem.layout]
+    return measurement
 
 
 def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:

@@ -17,7 +17,7 @@ with cuda-bindings (NVRTC and the driver API). Everything else is refused with i
 (dilation, stride and wider rows are not written yet).
 
 Routing: opt-in (``selectors.routing.OPT_IN_FAMILIES``); the router gives it the class it was
-measured faster on (``routing.SHIFTED_MMA_FROM_TAPS``).
+measured faster on, per layout (``routing.SHIFTED_MMA_MEASURED``: NCHW from 13x13, channels_last from 27x27).
 """
 
 from __future__ import annotations

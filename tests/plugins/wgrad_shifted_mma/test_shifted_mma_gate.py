@@ -92,7 +92,11 @@ def test_refused_off_cuda_and_without_bindings_and_with_one_split(monkeypatch, b
     (dict(input_size=(7, 7), filter_size=13, padding=6, groups=1024, in_channels=1024), False),  # measured slower
     (dict(filter_size=11, padding=5), False),   # below the measured taps
     (dict(dtype="fp16"), False),                 # not timed
-    (dict(layout="channels_last"), False),       # admitted, not measured faster in that layout
+    (dict(layout="channels_last"), True),
+    (dict(input_size=(14, 14), filter_size=27, padding=13, groups=512, in_channels=512, layout="channels_last"), True),
+    # 13x13 channels_last: measured slower than the Triton shifted family (a sector a lane's row load)
+    (dict(input_size=(14, 14), filter_size=13, padding=6, groups=320, in_channels=320, layout="channels_last"), False),
+    (dict(filter_size=25, padding=12, layout="channels_last"), False),   # below the channels_last taps measured
 ])
 def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     kwargs = {**REPLKNET, **overrides}
@@ -101,7 +105,8 @@ def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     chosen = convwgrad.plan(p, "sm_90")
     assert (chosen.family == FAMILY) == routed, (chosen.family, chosen.rule)
     if routed:
-        assert "wgrad_shifted_mma is faster" in chosen.rule and "H200" in chosen.rule
+        assert "wgrad_shifted_mma is faster" in chosen.rule and ("H200" in chosen.rule or "H100" in chosen.rule)
+        assert ("channels_last" in chosen.rule) == (layout == "channels_last"), chosen.rule
     assert bool(routing._shifted_mma_measured_faster(p)) == routed
 
 

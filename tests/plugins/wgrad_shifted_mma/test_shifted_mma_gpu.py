@@ -1,7 +1,7 @@
 """The shifted-MMA family on a CUDA GPU with cuda-bindings (skipped otherwise): dW against float64 over
 NaN-poisoned dW and workspace in both layouts, the family meant to run did run, bitwise-repeatable
 splits, operands with other strides read in place, CUDA-graph capture, the router's choice and a
-patched NCHW layer."""
+patched layer in each layout."""
 
 import pytest
 import torch
@@ -93,16 +93,19 @@ def test_captured_in_a_cuda_graph(layout):
     assert torch.equal(captured.view(torch.int16), eager.view(torch.int16))
 
 
-def test_router_gives_it_its_measured_class_and_a_patched_nchw_layer_uses_it():
-    p = ConvProblem.build(**LAYERS["replknet-31x31-56"], dtype="bf16", layout="contiguous")
+@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+def test_router_gives_it_its_measured_class_and_a_patched_layer_uses_it(layout):
+    p = ConvProblem.build(**LAYERS["replknet-31x31-56"], dtype="bf16", layout=layout)
     chosen = convwgrad.plan(p, "cuda")
     assert chosen.family == FAMILY, chosen.rule
     torch.manual_seed(0)
     stock = torch.nn.Conv2d(128, 128, 31, padding=15, groups=128, bias=False).cuda()
     patched = convwgrad.patch(torch.nn.Conv2d(128, 128, 31, padding=15, groups=128, bias=False).cuda())
     patched.load_state_dict(stock.state_dict())
-    x = torch.randn(4, 128, 56, 56, device="cuda")
-    dy = torch.randn(4, 128, 56, 56, device="cuda")
+    memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    stock, patched = stock.to(memory_format=memory_format), patched.to(memory_format=memory_format)
+    x = torch.randn(4, 128, 56, 56, device="cuda").to(memory_format=memory_format)
+    dy = torch.randn(4, 128, 56, 56, device="cuda").to(memory_format=memory_format)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         stock(x).backward(dy)
         with convwgrad.record_launches() as log:
