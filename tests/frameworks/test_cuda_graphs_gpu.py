@@ -270,7 +270,7 @@ def test_a_captured_call_takes_the_graph_route_and_replays_its_dw():
 
 
 def depthwise_layer():
-    """One patched 31x31 depthwise layer in bf16 channels_last (the shifted family on CUDA), its
+    """One patched 31x31 depthwise layer in bf16 channels_last (LARGE_FILTER_FAMILY on CUDA), its
     problem, and a maker of fresh (x, dy)."""
     problem = ConvProblem.build(batch=8, groups=128, in_channels=128, input_size=(28, 28), filter_size=31,
                                 padding=15, dtype="bf16", layout="channels_last")

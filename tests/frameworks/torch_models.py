@@ -3,10 +3,13 @@
 import torch
 from torch import nn
 
-#: The family the router gives the replknet stack's 31x31 depthwise layers on CUDA (the shifted
-#: family measured faster than merged and cuDNN there; selectors/routing.py): what the GPU
-#: framework tests expect those layers to launch.
-LARGE_FILTER_FAMILY = "wgrad_shifted"
+from convwgrad.plugins.wgrad_shifted_mma import launcher as shifted_mma_launcher
+
+#: The family the router gives the replknet stack's 31x31 depthwise layers on CUDA, in either layout
+#: (selectors/routing.py): the shifted-MMA family, measured fastest there, where cuda-bindings is
+#: installed (it is built by NVRTC), else the Triton shifted family. What the GPU framework tests
+#: expect those layers to launch.
+LARGE_FILTER_FAMILY = "wgrad_shifted" if shifted_mma_launcher._bindings()[1] else "wgrad_shifted_mma"
 
 
 class InvertedResidual(nn.Module):
