@@ -58,7 +58,7 @@ def test_autocast_channels_last_step_matches_stock(name):
     expected = convwgrad_layers(patched, x)
     assert [r.kernel_name for r in log] == [p.kernel_name for p in reversed(expected)]  # backward: last layer first
     assert all("_bf16_" in r.kernel_name for r in log)
-    if name == "replknet":  # 31x31: the shifted family on CUDA (measured faster than merged; cuDNN keeps the small filters)
+    if name == "replknet":  # 31x31: LARGE_FILTER_FAMILY on CUDA (measured faster than merged; cuDNN keeps the small filters)
         assert len(log) == 2 and {r.family for r in log} == {LARGE_FILTER_FAMILY}
     assert_grads_close(stock, patched)
 
@@ -76,7 +76,7 @@ def test_torch_compile_inductor_matches_compiled_stock(name, no_tf32):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         plans = convwgrad.layer_plans(patched, x)
     ours = [(layer, p) for layer, p in plans if p.family != "aten"]
-    if name == "replknet":  # 31x31: the shifted family on CUDA
+    if name == "replknet":  # 31x31: LARGE_FILTER_FAMILY on CUDA
         assert [p.family for _, p in ours] == [LARGE_FILTER_FAMILY] * 2
     one_step(torch.compile(stock), x, target)
     with convwgrad.record_launches() as log:
