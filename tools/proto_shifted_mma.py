@@ -44,6 +44,7 @@ def bench(json_path, only=None, layouts=("contiguous",)):
 
 
 def _bench_layer(layout, name, n, c, h, k):
+    import attrs
     import torch
 
     import convwgrad
@@ -73,8 +74,7 @@ def _bench_layer(layout, name, n, c, h, k):
     workspace = torch.empty(mma_plan.workspace_nbytes, dtype=torch.uint8, device="cuda")
     inplace = launcher.prepare(problem, mma_plan.spec, mma_plan.target, xl, dyl, None)
     # the alternative to reading channels_last in place: copy both operands to NCHW, then the NCHW call
-    nchw = ConvProblem.build(batch=n, groups=c, in_channels=c, input_size=(h, h), filter_size=k, padding=p,
-                             dtype="bf16", layout="contiguous")
+    nchw = attrs.evolve(problem, layout="contiguous")
     nchw_plan = convwgrad.plan(nchw, "cuda", family="wgrad_shifted_mma")
     on_copies = launcher.prepare(nchw, nchw_plan.spec, nchw_plan.target, x, dy, None)
     calls = {"cudnn_nchw": cudnn, "cudnn_cl": lambda: cudnn(xcl, dycl),

@@ -50,9 +50,10 @@ than the patched layer's host time:
     python tools/step_bench.py --same-model --with-control --layouts channels_last \
         --models convnext_tiny:64,mobilenetv2_100:128 --plugin tools/route_experiments.py:large_depthwise_to_staged
 
-``large_channels_last_to_shifted_mma``: the shifted-MMA family's routed class (undilated stride-1 bf16
-depthwise filters of >= 13x13 on rows of >= 14 columns) in channels_last too, where the kernel reads
-the operands in place (session 12); the router gives it NCHW layers only until a model run says so:
+``large_channels_last_to_shifted_mma``: the shifted-MMA family's NCHW class (undilated stride-1 bf16
+depthwise filters of >= 13x13 on rows of >= 14 columns) in channels_last, where the kernel reads the
+operands in place (session 12: RepLKNet-31B N=16 1.404x stock with its 22 large layers on it). The
+built-in rule now takes channels_last from 27x27 only (13x13 measured slower than the shifted family):
 
     python tools/step_bench.py --same-model --with-control --layouts channels_last \\
         --models replknet31b:16 --plugin tools/route_experiments.py:large_channels_last_to_shifted_mma

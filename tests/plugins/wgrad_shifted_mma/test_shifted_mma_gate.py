@@ -11,6 +11,7 @@ import pytest
 import convwgrad
 from convwgrad.plugins.wgrad_shifted_mma import launcher
 from convwgrad.provider import ConvProblem
+from convwgrad.provider.problem import LAYOUTS
 from convwgrad.provider.plan import NoCandidateError, clear_plan_cache
 from convwgrad.selectors import routing
 
@@ -36,7 +37,7 @@ def bindings(monkeypatch):
     clear_plan_cache()
 
 
-@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("shape", [
     REPLKNET,

@@ -11,6 +11,7 @@ from convwgrad.bench import make_inputs
 from convwgrad.plugins.wgrad_shifted_mma import launcher
 from convwgrad.provider import ConvProblem, reference_weight_grad, relative_error
 from convwgrad.provider.dispatch import dispatch_conv_grouped
+from convwgrad.provider.problem import LAYOUTS
 from convwgrad.provider.reference import TOLERANCE
 from support import assert_bitwise_repeatable, assert_close_to_reference, run_checked
 
@@ -33,7 +34,7 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
 }
 
 
-@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_shifted_mma_vs_reference(layer, dtype, layout):
@@ -43,7 +44,7 @@ def test_shifted_mma_vs_reference(layer, dtype, layout):
     assert_close_to_reference(outcome, p)
 
 
-@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("split_k", [2, 3, 7])
 def test_splits_past_the_batch_and_bitwise_repeatable(split_k, layout):
     p = ConvProblem.build(**LAYERS["odd-13-17x23"], dtype="bf16", layout=layout)
@@ -73,7 +74,7 @@ def test_operands_with_other_strides_are_read_in_place_not_misread():
         assert relative_error(out, reference) <= TOLERANCE["bf16"]
 
 
-@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_captured_in_a_cuda_graph(layout):
     """cuLaunchKernel on the capturing stream: a captured call replays the same dW."""
     p = ConvProblem.build(**LAYERS["replknet-27x27-14"], dtype="bf16", layout=layout)
@@ -93,7 +94,7 @@ def test_captured_in_a_cuda_graph(layout):
     assert torch.equal(captured.view(torch.int16), eager.view(torch.int16))
 
 
-@pytest.mark.parametrize("layout", launcher.LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_router_gives_it_its_measured_class_and_a_patched_layer_uses_it(layout):
     p = ConvProblem.build(**LAYERS["replknet-31x31-56"], dtype="bf16", layout=layout)
     chosen = convwgrad.plan(p, "cuda")
