@@ -63,6 +63,9 @@
 #   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
 #            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
 #   hostoverhead  host us a call over aten.convolution_backward (tools/host_overhead.py) alone
+#   coopcl   the shifted-MMA family's cooperative channels_last kernels (4 and 8 channels a vector load): GPU
+#            tests, the layer bench (any-strides kernel beside cl4 and cl8, both layouts), ncu of each CL kernel
+#            on the 31x31 56x56 layer, RepLKNet-31B CL same-model steps with the built-in router
 #   compiledsteps  timm models (COMPILED_MODELS) channels_last under torch.compile's default mode, stock vs patched
 #   hostparts2  hostparts for this checkout and for session 9's library (build/old: `git archive c5efda5
 #            convwgrad | tar -x -C build/old`, carried)
@@ -268,6 +271,21 @@ PY
         --layouts channels_last --same-model --with-control --rounds 3 \
         --plugin tools/route_experiments.py:large_channels_last_to_shifted_mma --json "$OUT/steps_mma_cl.json" 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_cl.txt" | tail -8 ;;
+    coopcl)
+      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
+        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      timeout 150 python3 tools/proto_shifted_mma.py --layouts channels_last contiguous --json "$OUT/shifted_mma_coop.json" \
+        2>&1 | grep -v -i warn | tee "$OUT/shifted_mma_coop.txt"
+      for kernel in wgrad_shifted_mma_kernel wgrad_shifted_mma_cl4_kernel wgrad_shifted_mma_cl8_kernel; do
+        timeout 90 ncu --kernel-name $kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
+          python3 tools/proto_shifted_mma.py --layouts channels_last --only replk31b-56-c128-k31 \
+          > "$OUT/ncu_${kernel}_cl.txt" 2>&1
+        grep -E "Duration|Throughput|Registers|Issued|Eligible|Hit Rate|Stall|Achieved Occ" "$OUT/ncu_${kernel}_cl.txt" | head -16
+      done
+      timeout ${MMASTEPS_LIMIT_S:-180} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
+        --layouts channels_last --same-model --with-control --rounds 3 --layers --json "$OUT/steps_mma_coop.json" 2>&1 \
+        | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | tail -30 ;;
     hostoverhead)
       timeout 120 python3 tools/host_overhead.py --calls 100 --json "$OUT/host_overhead.json" 2>&1 | grep -v Warn \
         | tee "$OUT/host_overhead.txt" ;;

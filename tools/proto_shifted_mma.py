@@ -7,8 +7,10 @@ kernel now, and its numerics are tests/plugins/wgrad_shifted_mma/test_shifted_mm
 
 Usage (GPU machine, repo root):
   python tools/proto_shifted_mma.py [--json F] [--only LAYER ...] [--layouts contiguous channels_last]
-  # graph replay / eager us a call; in channels_last the family's call reading the operands in place
-  # beside the one copying them to NCHW first (session 12)
+  # graph replay / eager us a call; in channels_last the family's stage-1 kernels side by side: the one
+  # for any strides (mma_any) and the cooperative ones loading 4 or 8 channels a vector (mma_cl4,
+  # mma_cl8; session 13). Session 12 timed copying channels_last to NCHW first: slower on every layer
+  # (git c52017f has that arm).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def bench(json_path, only=None, layouts=("contiguous",)):
 
     rows = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; bf16; us: graph replay / eager; "
-          f"mma_inplace / mma_copy: the family's prepared call reading the operands in place / copying "
-          f"channels_last ones to NCHW first (session 12: in place was faster on every layer)")
+          f"mma_any / mma_cl4 / mma_cl8: the family's prepared call with its kernel for any strides / the "
+          f"cooperative channels_last kernels (4 or 8 channels a vector load)")
     for layout in layouts:
         for name, n, c, h, k in BENCH_LAYERS:
             if only and name not in only:
@@ -44,7 +46,6 @@ def bench(json_path, only=None, layouts=("contiguous",)):
 
 
 def _bench_layer(layout, name, n, c, h, k):
-    import attrs
     import torch
 
     import convwgrad
@@ -72,22 +73,22 @@ def _bench_layer(layout, name, n, c, h, k):
              "routed": convwgrad.plan(problem, "cuda")}
     mma_plan = convwgrad.plan(problem, "cuda", family="wgrad_shifted_mma")
     workspace = torch.empty(mma_plan.workspace_nbytes, dtype=torch.uint8, device="cuda")
-    inplace = launcher.prepare(problem, mma_plan.spec, mma_plan.target, xl, dyl, None)
-    # the alternative to reading channels_last in place: copy both operands to NCHW, then the NCHW call
-    nchw = attrs.evolve(problem, layout="contiguous")
-    nchw_plan = convwgrad.plan(nchw, "cuda", family="wgrad_shifted_mma")
-    on_copies = launcher.prepare(nchw, nchw_plan.spec, nchw_plan.target, x, dy, None)
+    variants = {"mma_any": 0}
+    if layout == "channels_last":
+        variants.update({f"mma_cl{ch}": ch for ch in launcher.COOPERATIVE_KERNELS})
+    bound = {label: launcher.prepare(problem, mma_plan.spec, mma_plan.target, xl, dyl, None, cooperative_channels=ch)
+             for label, ch in variants.items()}
     calls = {"cudnn_nchw": cudnn, "cudnn_cl": lambda: cudnn(xcl, dycl),
-             "mma_inplace": lambda: inplace.run(xl, dyl, None, workspace),
-             "mma_copy": lambda: on_copies.run(xl.contiguous(), dyl.contiguous(), None, workspace),
+             **{label: (lambda b=b: b.run(xl, dyl, None, workspace)) for label, b in bound.items()},
              **{label: (lambda chosen=chosen: dispatch_conv_grouped(problem, xl, dyl, plan=chosen))
                 for label, chosen in plans.items()}}
-    if layout != "channels_last":
-        del calls["mma_copy"]  # the same call as in place there
     ref = reference_weight_grad(problem, x, dy, device=x.device) if n * c * h * h <= 2 ** 24 else None
     row = dict(layer=name, layout=layout, N=n, C=c, H=h, k=k, routed_family=plans["routed"].family)
+    for label, b in bound.items():
+        calls[label]()
+        row[f"{label}_kernel"] = b.kernels[0]
     if ref is not None:
-        for label in ("mma_inplace", "mma_copy", "routed"):
+        for label in (*variants, "routed"):
             if label in calls:
                 out = calls[label]()
                 row[f"{label}_err"] = relative_error(out, ref)
@@ -95,7 +96,7 @@ def _bench_layer(layout, name, n, c, h, k):
         row[label] = (_graph_time_us(fn), _eager_time_us(fn))
     floor = max(2 * (x.numel() + dy.numel()) / 4.25e12, 2 * n * c * h * h * k * k / 700e12) * 1e6
     row["floor_us"] = floor
-    mma = min(row[label][0] for label in ("mma_inplace", "mma_copy") if label in row)
+    mma = min(row[label][0] for label in variants)
     baseline = "cudnn_cl" if layout == "channels_last" else "cudnn_nchw"
     errs = ", ".join(f"{key[:-4]} {value:.1e}" for key, value in row.items() if key.endswith("_err"))
     print(f"{layout[:4]} {name:24s} floor {floor:6.1f} | "

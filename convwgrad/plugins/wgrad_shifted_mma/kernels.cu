@@ -1,10 +1,11 @@
-// The shifted-MMA family's kernel: depthwise dW of large filters as a shifted GEMM on mma.sync
+// The shifted-MMA family's kernels: depthwise dW of large filters as a shifted GEMM on mma.sync
 // (sm_80+). Built at run time by NVRTC (launcher.py); one source for bf16 and fp16. The operands
 // are read through their element strides (n, c, h, w), so NCHW, channels_last and strided views
-// run in place. A row costs each lane four 2-byte loads in any layout (the NCHW loads were never
-// vectors); in channels_last a warp's row load touches 32 sectors instead of 2, shared with the
-// CTA's 3 other channels and the neighbouring CTAs through L1/L2. Measured (H100, session 12): 1.57x
-// NCHW's time on the 31x31 56x56 layer, and still 1.05-1.9x faster than copying to NCHW first.
+// run in place. wgrad_shifted_mma_kernel takes any strides: a row costs each lane four 2-byte loads
+// (the NCHW loads were never vectors); in channels_last a warp's row load touches 32 sectors instead
+// of 2 (H100, session 12: 1.57x NCHW's time on the 31x31 56x56 layer, L1/TEX-bound). The cooperative
+// channels_last kernels (wgrad_shifted_mma_cl4/cl8_kernel, at the end) load a vector of the CTA's
+// adjacent channels a position instead, with one CTA barrier a row.
 //
 // For one channel and stride 1,   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + kx] * dY[n, r + PH - ky, ow]
 // (r an input row, Xpad the input row padded by PW on the left). Per input row r and 16 output
@@ -65,6 +66,67 @@ __device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, cons
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
+// One row step of one warp: D[kx, ky] += A[kx, j] * B[j, ky] over the row's 16-column blocks, A from the
+// staged input row xb (two copies), B by ldmatrix from the ring rows slot - ky.
+__device__ __forceinline__ void mma_row(float (&acc)[2][4][4], const elem_t* xb, const elem_t* ring, int slot,
+                                        int col_blocks, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    // ldmatrix row of this lane: matrix i = lane / 8 (ky tile nt + (i >> 1), columns (i & 1) * 8), row lane % 8
+    const int lm_ky = 8 * (lane >> 4) + (lane & 7), lm_col = ((lane >> 3) & 1) * 8;
+    // ring rows of ky = lm_ky and lm_ky + 16
+    int s0 = slot - lm_ky; s0 += s0 < 0 ? RING : 0;
+    int s1 = slot - lm_ky - 16; s1 += s1 < 0 ? RING : 0;
+    for (int cb = 0; cb < col_blocks; ++cb) {
+        const int ow0 = cb * 16;
+        u32 a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int kx = 16 * mt + g + 8 * h;
+                const int odd = kx & 1;
+                const elem_t* base = xb + odd * COPY_LEN + ow0 + 2 * t + kx - odd;
+                a[mt][h] = lds32(base);
+                a[mt][2 + h] = lds32(base + 8);
+            }
+        }
+        u32 b[4][2];
+        ldsm_x4(b[0][0], b[0][1], b[1][0], b[1][1], ring + s0 * RING_STRIDE + ow0 + lm_col);
+        ldsm_x4(b[2][0], b[2][1], b[3][0], b[3][1], ring + s1 * RING_STRIDE + ow0 + lm_col);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+                mma16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[nt][0], b[nt][1]);
+    }
+}
+
+__device__ __forceinline__ void zero_acc(float (&acc)[2][4][4]) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+}
+
+// The warp's fp32 partial of channel c: part[split, c, ky, kx] from the accumulator fragments.
+__device__ __forceinline__ void store_partial(const float (&acc)[2][4][4], float* __restrict__ part, int split, int C,
+                                              int c, int KH, int KW, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float* out = part + ((long long)split * C + c) * KH * KW;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int kx = 16 * mt + g + 8 * (e >> 1), ky = 8 * nt + 2 * t + (e & 1);
+                if (ky < KH && kx < KW) out[ky * KW + kx] = acc[mt][nt][e];
+            }
+}
+
+// Any strides: each warp loads its own channel's rows, 2-byte loads, no CTA barrier.
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
                       int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,
@@ -72,7 +134,7 @@ wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict_
                       long long sdn, long long sdc, long long sdh, long long sdw) {
     __shared__ __align__(16) elem_t xs_all[WARPS][2 * XBUF];
     __shared__ __align__(16) elem_t ring_all[WARPS][RING * RING_STRIDE];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c = blockIdx.x * WARPS + warp, split = blockIdx.y;
     if (c >= C) return;   // whole warps only: no CTA barrier follows
     elem_t* xs = xs_all[warp];
@@ -85,14 +147,7 @@ wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict_
 
     for (int i = lane; i < 2 * XBUF; i += 32) xs[i] = 0;
     float acc[2][4][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
-    // ldmatrix row of this lane: matrix i = lane / 8 (ky tile nt + (i >> 1), columns (i & 1) * 8), row lane % 8
-    const int lm_ky = 8 * (lane >> 4) + (lane & 7), lm_col = ((lane >> 3) & 1) * 8;
+    zero_acc(acc);
 
     for (int n = n_begin; n < n_end; ++n) {
         const elem_t* xn = x + n * sxn + c * sxc;
@@ -131,43 +186,103 @@ wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict_
                 }
             }
             __syncwarp();
-            // ring rows of ky = lm_ky and lm_ky + 16 (ldmatrix), and of ky = 8 nt + g is not needed: B comes by ldmatrix
-            int s0 = slot - lm_ky; s0 += s0 < 0 ? RING : 0;
-            int s1 = slot - lm_ky - 16; s1 += s1 < 0 ? RING : 0;
-            for (int cb = 0; cb < col_blocks; ++cb) {
-                const int ow0 = cb * 16;
-                u32 a[2][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int kx = 16 * mt + g + 8 * h;
-                        const int odd = kx & 1;
-                        const elem_t* base = xb + odd * COPY_LEN + ow0 + 2 * t + kx - odd;
-                        a[mt][h] = lds32(base);
-                        a[mt][2 + h] = lds32(base + 8);
-                    }
-                }
-                u32 b[4][2];
-                ldsm_x4(b[0][0], b[0][1], b[1][0], b[1][1], ring + s0 * RING_STRIDE + ow0 + lm_col);
-                ldsm_x4(b[2][0], b[2][1], b[3][0], b[3][1], ring + s1 * RING_STRIDE + ow0 + lm_col);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                    for (int mt = 0; mt < 2; ++mt)
-                        mma16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[nt][0], b[nt][1]);
-            }
+            mma_row(acc, xb, ring, slot, col_blocks, lane);
             slot = slot + 1 == RING ? 0 : slot + 1;
         }
     }
-    float* out = part + ((long long)split * C + c) * KH * KW;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int kx = 16 * mt + g + 8 * (e >> 1), ky = 8 * nt + 2 * t + (e & 1);
-                if (ky < KH && kx < KW) out[ky * KW + kx] = acc[mt][nt][e];
-            }
+    store_partial(acc, part, split, C, c, KH, KW, lane);
 }
+
+// Channels_last with cooperative loads: the CTA's CH warps own CH adjacent channels, which sit next to
+// each other at every position, so one CH * 2-byte vector load a position brings a row to all of them
+// (threads 0-63: input columns, 64-127: grad_output columns), each element written into its warp's
+// staged row; one CTA barrier a row publishes the row. One barrier is enough: row r + 1 is written
+// into the other input copy and into ring slot r + 1 + PH, which step r does not read (the ring holds
+// one row more than a step reads), and row r + 2's writes come after barrier r + 1, which every warp
+// reaches only after step r. The general kernel's lanes each load a sector a 2-byte element in this
+// layout (ncu, H100, session 12: L1/TEX 91 % busy, DRAM 8.7 %); here a sector brings CH channels.
+// Launcher's conditions: channel stride 1 in both operands, C and every other stride multiples of CH,
+// both pointers aligned to the vector.
+template <int CH> struct ChannelVector;
+template <> struct ChannelVector<4> { typedef uint2 type; };
+template <> struct ChannelVector<8> { typedef uint4 type; };
+
+template <int CH>
+__device__ __forceinline__ void cooperative_channels_last(
+        const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
+        int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,
+        long long sxn, long long sxh, long long sxw, long long sdn, long long sdh, long long sdw) {
+    typedef typename ChannelVector<CH>::type vec_t;
+    union Channels { vec_t v; elem_t e[CH]; };
+    __shared__ __align__(16) elem_t xs_all[CH][2 * XBUF];
+    __shared__ __align__(16) elem_t ring_all[CH][RING * RING_STRIDE];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int c0 = blockIdx.x * CH, split = blockIdx.y;   // every channel of the CTA exists (C % CH == 0)
+    const int n_begin = split * images_per_split;
+    const int n_end = min(N, n_begin + images_per_split);
+    const int col_blocks = (OW + 15) >> 4;
+    const int col = tid & 63;
+    const bool x_loader = tid < 64 && col < W, dy_loader = tid >= 64 && tid < 128 && col < OW;
+    const long long x_col = col * sxw + c0, dy_col = col * sdw + c0;
+
+    for (int i = tid; i < CH * 2 * XBUF; i += 32 * CH) (&xs_all[0][0])[i] = 0;
+    float acc[2][4][4];
+    zero_acc(acc);
+    const vec_t zero = {};
+
+    for (int n = n_begin; n < n_end; ++n) {
+        const elem_t* xn = x + n * sxn + x_col;
+        const elem_t* dyn = dy + n * sdn + dy_col;
+        __syncthreads();   // every warp is done with the previous image's rows
+        // the ring: grad_output rows 0 .. PH - 1 (those above the first input row), zeros elsewhere
+        for (int i = tid; i < RING * COLS; i += 32 * CH) {
+            const int row = i >> 6, cc = i & 63;
+            Channels v;
+            v.v = row < PH && row < OH && cc < OW
+                ? *reinterpret_cast<const vec_t*>(dy + n * sdn + row * sdh + cc * sdw + c0) : zero;
+#pragma unroll
+            for (int k = 0; k < CH; ++k) ring_all[k][row * RING_STRIDE + cc] = v.e[k];
+        }
+        Channels v;   // this thread's column of the next row
+        v.v = zero;
+        if (x_loader) v.v = *reinterpret_cast<const vec_t*>(xn);
+        if (dy_loader && PH < OH) v.v = *reinterpret_cast<const vec_t*>(dyn + PH * sdh);
+        __syncthreads();   // the ring is cleared before row 0 is written into it
+        int slot = PH % RING;
+        for (int r = 0; r < H; ++r) {
+            const int buf = (r & 1) * XBUF;
+            if (x_loader) {
+#pragma unroll
+                for (int k = 0; k < CH; ++k) {
+                    xs_all[k][buf + col + PW] = v.e[k];
+                    if (col + PW >= 1) xs_all[k][buf + COPY_LEN + col + PW - 1] = v.e[k];
+                }
+            }
+            if (dy_loader) {
+#pragma unroll
+                for (int k = 0; k < CH; ++k) ring_all[k][slot * RING_STRIDE + col] = v.e[k];
+            }
+            v.v = zero;
+            if (r + 1 < H) {
+                if (x_loader) v.v = *reinterpret_cast<const vec_t*>(xn + (r + 1) * sxh);
+                if (dy_loader && r + 1 + PH < OH) v.v = *reinterpret_cast<const vec_t*>(dyn + (r + 1 + PH) * sdh);
+            }
+            __syncthreads();
+            mma_row(acc, xs_all[warp] + buf, ring_all[warp], slot, col_blocks, lane);
+            slot = slot + 1 == RING ? 0 : slot + 1;
+        }
+    }
+    store_partial(acc, part, split, C, c0 + warp, KH, KW, lane);
+}
+
+#define COOPERATIVE_KERNEL(CH)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * CH) wgrad_shifted_mma_cl##CH##_kernel(                    \
+            const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part, int N, int C,  \
+            int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,                  \
+            long long sxn, long long sxc, long long sxh, long long sxw,                                           \
+            long long sdn, long long sdc, long long sdh, long long sdw) {                                         \
+        cooperative_channels_last<CH>(x, dy, part, N, C, H, W, OH, OW, KH, KW, PH, PW, images_per_split,          \
+                                      sxn, sxh, sxw, sdn, sdh, sdw);                                              \
+    }
+COOPERATIVE_KERNEL(4)
+COOPERATIVE_KERNEL(8)

@@ -17,6 +17,7 @@ import ctypes
 import functools
 import math
 import pathlib
+from typing import NamedTuple
 
 import torch
 
@@ -26,9 +27,16 @@ from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 
 SOURCE = pathlib.Path(__file__).with_name("kernels.cu")
+#: The kernel for operands of any strides: each warp loads its own channel's rows.
 KERNEL_NAME = "wgrad_shifted_mma_kernel"
-#: Warps (channels) a CTA, as the source's WARPS.
+#: Warps (channels) a CTA of that kernel, as the source's WARPS.
 WARPS = 4
+#: The channels_last kernels with cooperative loads, by channels a CTA (= warps; one vector load a
+#: position brings them all: 4 bf16 in 8 bytes, 8 in 16).
+COOPERATIVE_KERNELS = {4: "wgrad_shifted_mma_cl4_kernel", 8: "wgrad_shifted_mma_cl8_kernel"}
+#: Channels a cooperative CTA, where the layout allows one (cooperative_layout); 0: never.
+#: Chosen before measuring (session 13); see notes/PERF.md "Session 13".
+COOPERATIVE_CHANNELS = 4
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
@@ -135,35 +143,63 @@ def _cubin(dtype: str, arch: str) -> bytes:
     return cubin
 
 
+def cooperative_layout(problem: ConvProblem, strides, channels: int) -> bool:
+    """Whether operands of these element strides (input n, c, h, w, then grad_output's) can be read by
+    the cooperative kernel of ``channels`` a CTA: adjacent channels adjacent in memory (channel stride
+    1) and every vector of ``channels`` starting on a multiple of ``channels`` elements. The data
+    pointers' alignment is checked a call (it is not part of the prepared call's key)."""
+    sxn, sxc, sxh, sxw, sdn, sdc, sdh, sdw = strides
+    return (channels in COOPERATIVE_KERNELS and problem.out_channels % channels == 0 and sxc == 1 and sdc == 1
+            and all(s % channels == 0 for s in (sxn, sxh, sxw, sdn, sdh, sdw)))
+
+
 @functools.cache
-def _function(dtype: str, arch: str, device_index: int):
-    """The kernel loaded into ``device_index``'s primary context (torch's)."""
+def _function(dtype: str, arch: str, device_index: int, name: str = KERNEL_NAME):
+    """Kernel ``name`` loaded into ``device_index``'s primary context (torch's)."""
     (driver, _), _ = _bindings()
     with torch.cuda.device(device_index):  # cudaSetDevice makes the primary context current
         err, module = driver.cuModuleLoadData(_cubin(dtype, arch))
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuModuleLoadData({SOURCE.name}, sm_{arch}): {err}")
-        err, function = driver.cuModuleGetFunction(module, KERNEL_NAME.encode())
+        err, function = driver.cuModuleGetFunction(module, name.encode())
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuModuleGetFunction({KERNEL_NAME}): {err}")
+            raise RuntimeError(f"cuModuleGetFunction({name}): {err}")
     return module, function  # the module stays referenced with the function
 
 
 _ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 11 + (ctypes.c_longlong,) * 8
 
 
+class _Stage1(NamedTuple):
+    """One stage-1 kernel bound for a launch (every kernel of the source takes the same arguments)."""
+    name: str
+    function: object
+    grid: tuple
+    block: tuple
+    alignment: int  # bytes both data pointers must be aligned to
 
-def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
+
+def prepare(problem, spec, target, input, grad_output, out, cooperative_channels=None) -> BoundLaunch:
+    """The bound launch; ``cooperative_channels`` overrides COOPERATIVE_CHANNELS (benchmarks: 0 runs the
+    kernel for any strides)."""
     validate(problem, spec, target)
     # the kernel reads any strides in place (every layout; the prepared call is bound to these strides:
     # dispatch keys its prepared calls by them, a patched layer's remembered call checks them).
     # channels_last in place measured 1.05-1.9x faster than copying to NCHW first on all 8 layers timed
     # (H100, session 12: RepLKNet-31B 31x31 56x56 N=32 200.6 us against 328.4; NCHW operands 128 us;
     # tools/proto_shifted_mma.py --layouts channels_last), although its row loads touch a sector a lane.
+    # Where the channels_last strides allow, the cooperative kernel loads a vector of channels a position.
     strides = (*input.stride(), *grad_output.stride())
     (driver, _), _ = _bindings()
     device_index = input.device.index
     _, function = _function(problem.dtype, target.arch, device_index)
+    channels = COOPERATIVE_CHANNELS if cooperative_channels is None else cooperative_channels
+    cooperative = None
+    if channels and cooperative_layout(problem, strides, channels):
+        name = COOPERATIVE_KERNELS[channels]
+        cooperative = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1],
+                              (problem.out_channels // channels, spec.split_k, 1), (32 * channels, 1, 1),
+                              2 * channels)
     (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
     scalars = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0],
                problem.padding[1][0], images_per_split(problem, spec), *strides)
@@ -178,15 +214,21 @@ def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
                                  device_index if shared.direct_launch_supported() else None)
     nbytes = workspace_nbytes(problem, spec)
     size, dtype = problem.weight_size, input.dtype
-    block = (32 * WARPS, 1, 1)
+    general = _Stage1(KERNEL_NAME, function, stage1_grid, (32 * WARPS, 1, 1), 1)
+    kernels = [KERNEL_NAME, shared._splitk_reduce_kernel.__name__]  # the run names the stage-1 kernel it chose
 
     def launch_stages(x, dy, out, workspace):
         partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
         stream = torch.cuda.current_stream(device_index).cuda_stream
-        args = ((x.data_ptr(), dy.data_ptr(), partials.data_ptr(), *scalars), _ARG_TYPES)
-        (err,) = driver.cuLaunchKernel(function, *stage1_grid, *block, 0, stream, args, 0)
+        x_ptr, dy_ptr = x.data_ptr(), dy.data_ptr()
+        stage1 = general
+        if cooperative is not None and x_ptr % cooperative.alignment == 0 and dy_ptr % cooperative.alignment == 0:
+            stage1 = cooperative
+        kernels[0] = stage1.name
+        args = ((x_ptr, dy_ptr, partials.data_ptr(), *scalars), _ARG_TYPES)
+        (err,) = driver.cuLaunchKernel(stage1.function, *stage1.grid, *stage1.block, 0, stream, args, 0)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"{KERNEL_NAME}: cuLaunchKernel: {err}")
+            raise RuntimeError(f"{stage1.name}: cuLaunchKernel: {err}")
         second(partials, out)
 
     def run(x, dy, out, workspace):
@@ -199,7 +241,7 @@ def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
             launch_stages(x, dy, out, workspace)
         return out
 
-    return BoundLaunch(run=run, kernels=(KERNEL_NAME, shared._splitk_reduce_kernel.__name__))
+    return BoundLaunch(run=run, kernels=kernels)
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:

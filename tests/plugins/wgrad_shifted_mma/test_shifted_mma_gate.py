@@ -120,7 +120,12 @@ def test_source_builds_for_sm90_without_spills(tmp_path, defines):
     build = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-Xptxas", "-v", *defines, str(launcher.SOURCE),
                             "-o", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in build.stderr and "0 bytes stack frame" in build.stderr
+    kernels = (launcher.KERNEL_NAME, *launcher.COOPERATIVE_KERNELS.values())
+    assert build.stderr.count("Compiling entry function") == len(kernels), build.stderr
+    assert all(f"'{name}'" in build.stderr for name in kernels), build.stderr
+    # every kernel: no spills, no stack
+    assert build.stderr.count("0 bytes spill stores, 0 bytes spill loads") == len(kernels), build.stderr
+    assert build.stderr.count("0 bytes stack frame") == len(kernels), build.stderr
     ptx = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", *defines, str(launcher.SOURCE), "-o", "-"],
                          capture_output=True, text=True).stdout
     kind = "f16" if defines else "bf16"
@@ -128,3 +133,28 @@ def test_source_builds_for_sm90_without_spills(tmp_path, defines):
     loads = ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
     # 8 MMAs and 2 ldmatrix.x4 a 16-column block (the block loop may be unrolled)
     assert mmas >= 8 and mmas % 8 == 0 and loads == mmas // 4, (mmas, loads)
+
+
+def _strides(problem, layout):
+    import torch
+
+    shape = problem.input_shape
+    t = torch.empty(shape, device="meta")
+    t = t.to(memory_format=torch.channels_last) if layout == "channels_last" else t
+    return (*t.stride(), *t.stride())
+
+
+@pytest.mark.parametrize("channels", sorted(launcher.COOPERATIVE_KERNELS))
+def test_cooperative_layout_admits_channels_last_vectors_only(channels):
+    """The cooperative kernel needs each position's CTA channels adjacent and vector-aligned."""
+    cl = _problem(layout="channels_last")
+    assert launcher.cooperative_layout(cl, _strides(cl, "channels_last"), channels)
+    assert not launcher.cooperative_layout(cl, _strides(cl, "contiguous"), channels)  # NCHW: channel stride H*W
+    odd = _problem(layout="channels_last", groups=2 * channels + 2, in_channels=2 * channels + 2)
+    assert not launcher.cooperative_layout(odd, _strides(odd, "channels_last"), channels)  # C not a multiple
+    sxn, sxc, sxh, sxw, *dy = _strides(cl, "channels_last")
+    padded_rows = (sxn, sxc, sxh + 2, sxw, *dy)  # a view whose rows start off the vector grid
+    assert not launcher.cooperative_layout(cl, padded_rows, channels)
+    broadcast_dy = (sxn, sxc, sxh, sxw, 0, *dy[1:])  # a grad_output expanded along the batch reads fine
+    assert launcher.cooperative_layout(cl, broadcast_dy, channels)
+    assert not launcher.cooperative_layout(cl, _strides(cl, "channels_last"), 3)  # no such kernel

@@ -1,5 +1,6 @@
 """The shifted-MMA family on a CUDA GPU with cuda-bindings (skipped otherwise): dW against float64 over
-NaN-poisoned dW and workspace in both layouts, the family meant to run did run, bitwise-repeatable
+NaN-poisoned dW and workspace in both layouts, the family and the stage-1 kernel meant to run did run,
+the cooperative channels_last kernels bitwise equal to the kernel for any strides, bitwise-repeatable
 splits, operands with other strides read in place, CUDA-graph capture, the router's choice and a
 patched layer in each layout."""
 
@@ -31,7 +32,30 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
                      padding=((3, 1), (0, 2))),
     "one-pixel": dict(batch=2, groups=3, in_channels=3, input_size=(1, 1), filter_size=3, padding=1),
     "channel-tail-6": dict(batch=2, groups=6, in_channels=6, input_size=(40, 41), filter_size=31, padding=0),
+    "odd-c8-19x61": dict(batch=3, groups=8, in_channels=8, input_size=(19, 61), filter_size=(9, 29),
+                         padding=((4, 0), (14, 3))),
+    "asym-c12-5x3": dict(batch=5, groups=12, in_channels=12, input_size=(9, 11), filter_size=(5, 3),
+                         padding=((2, 1), (0, 2))),
+    "one-pixel-c8": dict(batch=2, groups=8, in_channels=8, input_size=(1, 1), filter_size=3, padding=1),
 }
+
+
+def _stage1_kernel(problem, channels=None):
+    """The stage-1 kernel a call on make_inputs' contiguous operands in ``problem``'s layout runs."""
+    channels = launcher.COOPERATIVE_CHANNELS if channels is None else channels
+    if channels and problem.layout == "channels_last" and problem.out_channels % channels == 0:
+        return launcher.COOPERATIVE_KERNELS[channels]
+    return launcher.KERNEL_NAME
+
+
+def _poisoned_run(bound, problem, chosen, x, dy):
+    out = torch.full(problem.weight_size, float("nan"), dtype=x.dtype, device="cuda")
+    workspace = torch.empty(chosen.workspace_nbytes, dtype=torch.uint8, device="cuda")
+    workspace.view(torch.float32).fill_(float("nan"))
+    bound.run(x, dy, out, workspace)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all() and torch.isfinite(workspace.view(torch.float32)).all()
+    return out
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -41,7 +65,46 @@ def test_shifted_mma_vs_reference(layer, dtype, layout):
     p = ConvProblem.build(**LAYERS[layer], dtype=dtype, layout=layout)
     outcome = run_checked(p, family=FAMILY, device="cuda", inputs=make_inputs(p, "cuda"))
     assert outcome.plan.spec.split_k >= 2
+    assert outcome.launches[0].kernels[0] == _stage1_kernel(p), outcome.launches
     assert_close_to_reference(outcome, p)
+
+
+@pytest.mark.parametrize("channels", sorted(launcher.COOPERATIVE_KERNELS))
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_cooperative_kernels_equal_the_kernel_for_any_strides(layer, dtype, channels):
+    """Each cooperative channels_last kernel (where its channel count divides C; else the kernel for any
+    strides runs) over NaN-poisoned dW and workspace: bitwise equal to the kernel for any strides (a
+    warp does the same MMAs in the same order; only the loads differ), and close to float64."""
+    p = ConvProblem.build(**LAYERS[layer], dtype=dtype, layout="channels_last")
+    x, dy = make_inputs(p, "cuda")
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY)
+    cooperative = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, cooperative_channels=channels)
+    general = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, cooperative_channels=0)
+    got = _poisoned_run(cooperative, p, chosen, x, dy)
+    assert cooperative.kernels[0] == _stage1_kernel(p, channels)
+    want = _poisoned_run(general, p, chosen, x, dy)
+    assert general.kernels[0] == launcher.KERNEL_NAME
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert relative_error(got, reference_weight_grad(p, x, dy)) <= TOLERANCE[dtype]
+
+
+def test_misaligned_channels_last_operands_take_the_kernel_for_any_strides():
+    """channels_last strides the cooperative kernel admits, but a data pointer 2 bytes off its vector
+    alignment (a storage offset): the same prepared call runs the kernel for any strides, correctly."""
+    p = ConvProblem.build(**LAYERS["odd-c8-19x61"], dtype="bf16", layout="channels_last")
+    x, dy = make_inputs(p, "cuda")
+    storage = torch.empty(x.numel() + 1, dtype=x.dtype, device="cuda")
+    shifted_x = storage[1:].as_strided(x.shape, x.stride())
+    shifted_x.copy_(x)
+    assert shifted_x.stride() == x.stride() and shifted_x.data_ptr() % 8 == 2
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY)
+    bound = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None)
+    aligned = _poisoned_run(bound, p, chosen, x, dy)
+    assert bound.kernels[0] == _stage1_kernel(p)
+    misaligned = _poisoned_run(bound, p, chosen, shifted_x, dy)
+    assert bound.kernels[0] == launcher.KERNEL_NAME
+    assert torch.equal(aligned.view(torch.int16), misaligned.view(torch.int16))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -113,6 +176,7 @@ def test_router_gives_it_its_measured_class_and_a_patched_layer_uses_it(layout):
             patched(x).backward(dy)
     torch.cuda.synchronize()
     assert [r.family for r in log] == [FAMILY]
+    assert log[0].kernels[0] == _stage1_kernel(p), log  # autograd's grad_output kept the layout
     reference = reference_weight_grad(p, x.bfloat16(), dy.bfloat16())
     assert relative_error(patched.weight.grad, reference) <= TOLERANCE["bf16"]
     assert relative_error(stock.weight.grad, reference) <= TOLERANCE["bf16"]
