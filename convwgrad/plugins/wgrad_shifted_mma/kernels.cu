@@ -110,6 +110,19 @@ __device__ __forceinline__ void zero_acc(float (&acc)[2][4][4]) {
             for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
 }
 
+// The ring at an image's start. A step reads 32 ring rows, but only those of ky < KH reach dW (the other
+// D columns are dropped), and the ring's columns past OW stay zero from the kernel's start (rows are only
+// ever written up to OW). So an image needs KH - 1 rows written before its first step: grad_output rows
+// 0 .. PH - 1 (preloaded; zero past OH) in slots 0 .. PH - 1, and the rows above the image that the first
+// steps read (rows PH - KH + 1 .. -1, zeros) in the ring's last KH - 1 - PH slots. The rest hold finite
+// rows of an earlier image (or zeros) and feed dropped columns only. Per image that is (KH - 1) x OW
+// elements instead of clearing and preloading the whole ring (33 x 72 + PH x 64): the ring was most of
+// the work on the 14x14 and 7x7 layers, whose 14 or 7 steps an image are few.
+__device__ __forceinline__ int prologue_rows(int KH, int PH) { return PH + max(0, KH - 1 - PH); }
+__device__ __forceinline__ int prologue_slot(int i, int KH, int PH) {   // i < prologue_rows(KH, PH)
+    return i < PH ? i : RING - (KH - 1 - PH) + (i - PH);
+}
+
 // The warp's fp32 partial of channel c: part[split, c, ky, kx] from the accumulator fragments.
 __device__ __forceinline__ void store_partial(const float (&acc)[2][4][4], float* __restrict__ part, int split, int C,
                                               int c, int KH, int KW, int lane) {
@@ -146,18 +159,24 @@ wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict_
     const long long xo0 = lane * sxw, xo1 = (lane + 32) * sxw, do0 = lane * sdw, do1 = (lane + 32) * sdw;
 
     for (int i = lane; i < 2 * XBUF; i += 32) xs[i] = 0;
+    for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
     float acc[2][4][4];
     zero_acc(acc);
+    const int ring_rows = prologue_rows(KH, PH);
 
     for (int n = n_begin; n < n_end; ++n) {
         const elem_t* xn = x + n * sxn + c * sxc;
         const elem_t* dyn = dy + n * sdn + c * sdc;
-        __syncwarp();
-        for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
-        __syncwarp();
-        for (int i = lane; i < PH * COLS; i += 32) {
-            const int row = i >> 6, cc = i & 63;
-            if (row < OH && cc < OW) ring[row * RING_STRIDE + cc] = dyn[row * sdh + cc * sdw];
+        __syncwarp();   // the previous image's steps are done with the ring
+        for (int i = 0; i < ring_rows; ++i) {
+            const int slot = prologue_slot(i, KH, PH);
+            elem_t v0 = 0, v1 = 0;
+            if (i < PH && i < OH) {
+                if (lane < OW) v0 = dyn[i * sdh + do0];
+                if (lane + 32 < OW) v1 = dyn[i * sdh + do1];
+            }
+            if (lane < OW) ring[slot * RING_STRIDE + lane] = v0;
+            if (lane + 32 < OW) ring[slot * RING_STRIDE + lane + 32] = v1;
         }
         // prefetch step 0: lane holds input columns lane and lane + 32, grad_output columns alike
         elem_t xv0 = 0, xv1 = 0, dv0 = 0, dv1 = 0;
@@ -226,28 +245,30 @@ __device__ __forceinline__ void cooperative_channels_last(
     const long long x_col = col * sxw + c0, dy_col = col * sdw + c0;
 
     for (int i = tid; i < CH * 2 * XBUF; i += 32 * CH) (&xs_all[0][0])[i] = 0;
+    for (int i = tid; i < CH * RING * RING_STRIDE; i += 32 * CH) (&ring_all[0][0])[i] = 0;
     float acc[2][4][4];
     zero_acc(acc);
     const vec_t zero = {};
+    const int ring_rows = prologue_rows(KH, PH);
 
     for (int n = n_begin; n < n_end; ++n) {
         const elem_t* xn = x + n * sxn + x_col;
         const elem_t* dyn = dy + n * sdn + dy_col;
         __syncthreads();   // every warp is done with the previous image's rows
-        // the ring: grad_output rows 0 .. PH - 1 (those above the first input row), zeros elsewhere
-        for (int i = tid; i < RING * COLS; i += 32 * CH) {
+        for (int i = tid; i < ring_rows * COLS; i += 32 * CH) {
             const int row = i >> 6, cc = i & 63;
+            if (cc >= OW) continue;
             Channels v;
-            v.v = row < PH && row < OH && cc < OW
-                ? *reinterpret_cast<const vec_t*>(dy + n * sdn + row * sdh + cc * sdw + c0) : zero;
+            v.v = row < PH && row < OH ? *reinterpret_cast<const vec_t*>(dy + n * sdn + row * sdh + cc * sdw + c0) : zero;
+            const int slot = prologue_slot(row, KH, PH);
 #pragma unroll
-            for (int k = 0; k < CH; ++k) ring_all[k][row * RING_STRIDE + cc] = v.e[k];
+            for (int k = 0; k < CH; ++k) ring_all[k][slot * RING_STRIDE + cc] = v.e[k];
         }
         Channels v;   // this thread's column of the next row
         v.v = zero;
         if (x_loader) v.v = *reinterpret_cast<const vec_t*>(xn);
         if (dy_loader && PH < OH) v.v = *reinterpret_cast<const vec_t*>(dyn + PH * sdh);
-        __syncthreads();   // the ring is cleared before row 0 is written into it
+        // no barrier here: row 0 goes to slot PH, none of the prologue's, and step 0's barrier publishes both
         int slot = PH % RING;
         for (int r = 0; r < H; ++r) {
             const int buf = (r & 1) * XBUF;

@@ -37,6 +37,8 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
     "asym-c12-5x3": dict(batch=5, groups=12, in_channels=12, input_size=(9, 11), filter_size=(5, 3),
                          padding=((2, 1), (0, 2))),
     "one-pixel-c8": dict(batch=2, groups=8, in_channels=8, input_size=(1, 1), filter_size=3, padding=1),
+    "top-pad-31-c8": dict(batch=3, groups=8, in_channels=8, input_size=(6, 6), filter_size=32,
+                          padding=((31, 0), (0, 31))),   # no row above the image is read
 }
 
 
@@ -75,10 +77,11 @@ def test_shifted_mma_vs_reference(layer, dtype, layout):
 def test_cooperative_kernels_equal_the_kernel_for_any_strides(layer, dtype, channels):
     """Each cooperative channels_last kernel (where its channel count divides C; else the kernel for any
     strides runs) over NaN-poisoned dW and workspace: bitwise equal to the kernel for any strides (a
-    warp does the same MMAs in the same order; only the loads differ), and close to float64."""
+    warp does the same MMAs in the same order; only the loads differ), and close to float64. Two
+    splits, so that a CTA runs several images through one ring."""
     p = ConvProblem.build(**LAYERS[layer], dtype=dtype, layout="channels_last")
     x, dy = make_inputs(p, "cuda")
-    chosen = convwgrad.plan(p, "cuda", family=FAMILY)
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY, split_k=2)
     cooperative = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, cooperative_channels=channels)
     general = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, cooperative_channels=0)
     got = _poisoned_run(cooperative, p, chosen, x, dy)
