@@ -75,7 +75,7 @@ def _bench_layer(layout, name, n, c, h, k):
     workspace = torch.empty(mma_plan.workspace_nbytes, dtype=torch.uint8, device="cuda")
     variants = {"mma_any": 0}
     if layout == "channels_last":
-        variants.update({f"mma_cl{ch}": ch for ch in launcher.COOPERATIVE_KERNELS})
+        variants.update({f"mma_cl{ch}": ch for ch in launcher.COOPERATIVE_CHANNEL_COUNTS})
     bound = {label: launcher.prepare(problem, mma_plan.spec, mma_plan.target, xl, dyl, None, cooperative_channels=ch)
              for label, ch in variants.items()}
     calls = {"cudnn_nchw": cudnn, "cudnn_cl": lambda: cudnn(xcl, dycl),

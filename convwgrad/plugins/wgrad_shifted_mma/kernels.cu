@@ -57,8 +57,8 @@ __device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a
 }
 
 #define WARPS 4
-// No minimum of CTAs an SM: 102 registers, 4 CTAs of 4 warps an SM. Capping registers at 96 (5 CTAs)
-// was 3-11 % slower on all 8 layers timed (H200, session 11); at 80 (6 CTAs) it spills.
+// No minimum of CTAs an SM. Session 11's kernel took 102 registers (4 CTAs of 4 warps an SM), and capping
+// them at 96 (5 CTAs) was 3-11 % slower on all 8 layers timed (H200); at 80 (6 CTAs) it spilled.
 
 __device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, const elem_t* p) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
@@ -66,9 +66,13 @@ __device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, cons
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
+// The tap tile: MT m16 tiles of kx x NT n8 tiles of ky. 32 x 32 (MT 2, NT 4) for filters up to 32 a side;
+// 16 x 16 (MT 1, NT 2) for filters up to 16 a side, a quarter of the MMAs (a 13x13 filter fills 66 % of
+// it, 17 % of 32 x 32). The launcher picks one by the filter.
 // One row step of one warp: D[kx, ky] += A[kx, j] * B[j, ky] over the row's 16-column blocks, A from the
 // staged input row xb (two copies), B by ldmatrix from the ring rows slot - ky.
-__device__ __forceinline__ void mma_row(float (&acc)[2][4][4], const elem_t* xb, const elem_t* ring, int slot,
+template <int MT, int NT>
+__device__ __forceinline__ void mma_row(float (&acc)[MT][NT][4], const elem_t* xb, const elem_t* ring, int slot,
                                         int col_blocks, int lane) {
     const int g = lane >> 2, t = lane & 3;
     // ldmatrix row of this lane: matrix i = lane / 8 (ky tile nt + (i >> 1), columns (i & 1) * 8), row lane % 8
@@ -78,9 +82,9 @@ __device__ __forceinline__ void mma_row(float (&acc)[2][4][4], const elem_t* xb,
     int s1 = slot - lm_ky - 16; s1 += s1 < 0 ? RING : 0;
     for (int cb = 0; cb < col_blocks; ++cb) {
         const int ow0 = cb * 16;
-        u32 a[2][4];
+        u32 a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
+        for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int kx = 16 * mt + g + 8 * h;
@@ -90,22 +94,25 @@ __device__ __forceinline__ void mma_row(float (&acc)[2][4][4], const elem_t* xb,
                 a[mt][2 + h] = lds32(base + 8);
             }
         }
-        u32 b[4][2];
-        ldsm_x4(b[0][0], b[0][1], b[1][0], b[1][1], ring + s0 * RING_STRIDE + ow0 + lm_col);
-        ldsm_x4(b[2][0], b[2][1], b[3][0], b[3][1], ring + s1 * RING_STRIDE + ow0 + lm_col);
+        u32 b[NT][2];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int q = 0; q < NT / 2; ++q)   // ky tiles 2q, 2q + 1: ring rows slot - ky
+            ldsm_x4(b[2 * q][0], b[2 * q][1], b[2 * q + 1][0], b[2 * q + 1][1],
+                    ring + (q ? s1 : s0) * RING_STRIDE + ow0 + lm_col);
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
                 mma16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[nt][0], b[nt][1]);
     }
 }
 
-__device__ __forceinline__ void zero_acc(float (&acc)[2][4][4]) {
+template <int MT, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
 #pragma unroll
-    for (int a = 0; a < 2; ++a)
+    for (int a = 0; a < MT; ++a)
 #pragma unroll
-        for (int b = 0; b < 4; ++b)
+        for (int b = 0; b < NT; ++b)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
 }
@@ -124,14 +131,15 @@ __device__ __forceinline__ int prologue_slot(int i, int KH, int PH) {   // i < p
 }
 
 // The warp's fp32 partial of channel c: part[split, c, ky, kx] from the accumulator fragments.
-__device__ __forceinline__ void store_partial(const float (&acc)[2][4][4], float* __restrict__ part, int split, int C,
-                                              int c, int KH, int KW, int lane) {
+template <int MT, int NT>
+__device__ __forceinline__ void store_partial(const float (&acc)[MT][NT][4], float* __restrict__ part, int split,
+                                              int C, int c, int KH, int KW, int lane) {
     const int g = lane >> 2, t = lane & 3;
     float* out = part + ((long long)split * C + c) * KH * KW;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int kx = 16 * mt + g + 8 * (e >> 1), ky = 8 * nt + 2 * t + (e & 1);
@@ -139,12 +147,16 @@ __device__ __forceinline__ void store_partial(const float (&acc)[2][4][4], float
             }
 }
 
+#define KERNEL_PARAMS                                                                                             \
+    const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part, int N, int C, int H,  \
+    int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split, long long sxn, long long sxc,     \
+    long long sxh, long long sxw, long long sdn, long long sdc, long long sdh, long long sdw
+#define KERNEL_ARGS x, dy, part, N, C, H, W, OH, OW, KH, KW, PH, PW, images_per_split, sxn, sxc, sxh, sxw, \
+    sdn, sdc, sdh, sdw
+
 // Any strides: each warp loads its own channel's rows, 2-byte loads, no CTA barrier.
-extern "C" __global__ void __launch_bounds__(32 * WARPS)
-wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
-                      int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,
-                      long long sxn, long long sxc, long long sxh, long long sxw,
-                      long long sdn, long long sdc, long long sdh, long long sdw) {
+template <int MT, int NT>
+__device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
     __shared__ __align__(16) elem_t xs_all[WARPS][2 * XBUF];
     __shared__ __align__(16) elem_t ring_all[WARPS][RING * RING_STRIDE];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -160,7 +172,7 @@ wgrad_shifted_mma_kernel(const elem_t* __restrict__ x, const elem_t* __restrict_
 
     for (int i = lane; i < 2 * XBUF; i += 32) xs[i] = 0;
     for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
-    float acc[2][4][4];
+    float acc[MT][NT][4];
     zero_acc(acc);
     const int ring_rows = prologue_rows(KH, PH);
 
@@ -226,11 +238,8 @@ template <int CH> struct ChannelVector;
 template <> struct ChannelVector<4> { typedef uint2 type; };
 template <> struct ChannelVector<8> { typedef uint4 type; };
 
-template <int CH>
-__device__ __forceinline__ void cooperative_channels_last(
-        const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part,
-        int N, int C, int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,
-        long long sxn, long long sxh, long long sxw, long long sdn, long long sdh, long long sdw) {
+template <int CH, int MT, int NT>
+__device__ __forceinline__ void cooperative_channels_last(KERNEL_PARAMS) {
     typedef typename ChannelVector<CH>::type vec_t;
     union Channels { vec_t v; elem_t e[CH]; };
     __shared__ __align__(16) elem_t xs_all[CH][2 * XBUF];
@@ -246,7 +255,7 @@ __device__ __forceinline__ void cooperative_channels_last(
 
     for (int i = tid; i < CH * 2 * XBUF; i += 32 * CH) (&xs_all[0][0])[i] = 0;
     for (int i = tid; i < CH * RING * RING_STRIDE; i += 32 * CH) (&ring_all[0][0])[i] = 0;
-    float acc[2][4][4];
+    float acc[MT][NT][4];
     zero_acc(acc);
     const vec_t zero = {};
     const int ring_rows = prologue_rows(KH, PH);
@@ -296,14 +305,21 @@ __device__ __forceinline__ void cooperative_channels_last(
     store_partial(acc, part, split, C, c0 + warp, KH, KW, lane);
 }
 
-#define COOPERATIVE_KERNEL(CH)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * CH) wgrad_shifted_mma_cl##CH##_kernel(                    \
-            const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part, int N, int C,  \
-            int H, int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split,                  \
-            long long sxn, long long sxc, long long sxh, long long sxw,                                           \
-            long long sdn, long long sdc, long long sdh, long long sdw) {                                         \
-        cooperative_channels_last<CH>(x, dy, part, N, C, H, W, OH, OW, KH, KW, PH, PW, images_per_split,          \
-                                      sxn, sxh, sxw, sdn, sdh, sdw);                                              \
+// The kernels, by name: wgrad_shifted_mma[_cl<CH>][_t16]_kernel (launcher.stage1_kernel_name).
+extern "C" __global__ void __launch_bounds__(32 * WARPS) wgrad_shifted_mma_kernel(KERNEL_PARAMS) {
+    any_strides<2, 4>(KERNEL_ARGS);
+}
+// The minimum of 4 CTAs an SM is only a hint that changes ptxas's choice: without it, it allocated 72
+// registers and spilled 4 bytes (nvcc 13.0, sm_90); with it, 63 registers and no spill.
+extern "C" __global__ void __launch_bounds__(32 * WARPS, 4) wgrad_shifted_mma_t16_kernel(KERNEL_PARAMS) {
+    any_strides<1, 2>(KERNEL_ARGS);
+}
+#define COOPERATIVE_KERNELS(CH)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * CH) wgrad_shifted_mma_cl##CH##_kernel(KERNEL_PARAMS) {    \
+        cooperative_channels_last<CH, 2, 4>(KERNEL_ARGS);                                                         \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * CH) wgrad_shifted_mma_cl##CH##_t16_kernel(KERNEL_PARAMS) {\
+        cooperative_channels_last<CH, 1, 2>(KERNEL_ARGS);                                                         \
     }
-COOPERATIVE_KERNEL(4)
-COOPERATIVE_KERNEL(8)
+COOPERATIVE_KERNELS(4)
+COOPERATIVE_KERNELS(8)

@@ -27,16 +27,31 @@ from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 
 SOURCE = pathlib.Path(__file__).with_name("kernels.cu")
-#: The kernel for operands of any strides: each warp loads its own channel's rows.
-KERNEL_NAME = "wgrad_shifted_mma_kernel"
-#: Warps (channels) a CTA of that kernel, as the source's WARPS.
+#: Warps (channels) a CTA of the kernel for operands of any strides, as the source's WARPS.
 WARPS = 4
-#: The channels_last kernels with cooperative loads, by channels a CTA (= warps; one vector load a
-#: position brings them all: 4 bf16 in 8 bytes, 8 in 16).
-COOPERATIVE_KERNELS = {4: "wgrad_shifted_mma_cl4_kernel", 8: "wgrad_shifted_mma_cl8_kernel"}
+#: Channel counts of the channels_last kernels with cooperative loads: a CTA's warps own that many adjacent
+#: channels, and one vector load a position brings them all (4 bf16 in 8 bytes, 8 in 16).
+COOPERATIVE_CHANNEL_COUNTS = (4, 8)
 #: Channels a cooperative CTA, where the layout allows one (cooperative_layout); 0: never.
 #: Chosen before measuring (session 13); see notes/PERF.md "Session 13".
 COOPERATIVE_CHANNELS = 4
+#: Filters up to this many taps a side run the kernels of the 16 x 16 tap tile (one m16 x two n8 MMA
+#: tiles, a quarter of the 32 x 32 tile's MMAs).
+SMALL_TILE_FILTER = 16
+
+
+def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
+    """The source's stage-1 kernel for ``problem``: cooperative over ``channels`` channels (0: the
+    kernel for any strides), of the tap tile the filter needs."""
+    cooperative = f"_cl{channels}" if channels else ""
+    small = "_t16" if max(problem.filter_size) <= SMALL_TILE_FILTER else ""
+    return f"wgrad_shifted_mma{cooperative}{small}_kernel"
+
+
+#: Every kernel of the source (its build is checked for spills kernel by kernel).
+KERNEL_NAMES = tuple(f"wgrad_shifted_mma{cooperative}{small}_kernel"
+                     for cooperative in ("", *(f"_cl{ch}" for ch in COOPERATIVE_CHANNEL_COUNTS))
+                     for small in ("", "_t16"))
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
@@ -149,12 +164,12 @@ def cooperative_layout(problem: ConvProblem, strides, channels: int) -> bool:
     1) and every vector of ``channels`` starting on a multiple of ``channels`` elements. The data
     pointers' alignment is checked a call (it is not part of the prepared call's key)."""
     sxn, sxc, sxh, sxw, sdn, sdc, sdh, sdw = strides
-    return (channels in COOPERATIVE_KERNELS and problem.out_channels % channels == 0 and sxc == 1 and sdc == 1
+    return (channels in COOPERATIVE_CHANNEL_COUNTS and problem.out_channels % channels == 0 and sxc == 1 and sdc == 1
             and all(s % channels == 0 for s in (sxn, sxh, sxw, sdn, sdh, sdw)))
 
 
 @functools.cache
-def _function(dtype: str, arch: str, device_index: int, name: str = KERNEL_NAME):
+def _function(dtype: str, arch: str, device_index: int, name: str):
     """Kernel ``name`` loaded into ``device_index``'s primary context (torch's)."""
     (driver, _), _ = _bindings()
     with torch.cuda.device(device_index):  # cudaSetDevice makes the primary context current
@@ -192,11 +207,10 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
     strides = (*input.stride(), *grad_output.stride())
     (driver, _), _ = _bindings()
     device_index = input.device.index
-    _, function = _function(problem.dtype, target.arch, device_index)
     channels = COOPERATIVE_CHANNELS if cooperative_channels is None else cooperative_channels
     cooperative = None
     if channels and cooperative_layout(problem, strides, channels):
-        name = COOPERATIVE_KERNELS[channels]
+        name = stage1_kernel_name(problem, channels)
         cooperative = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1],
                               (problem.out_channels // channels, spec.split_k, 1), (32 * channels, 1, 1),
                               2 * channels)
@@ -214,8 +228,10 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
                                  device_index if shared.direct_launch_supported() else None)
     nbytes = workspace_nbytes(problem, spec)
     size, dtype = problem.weight_size, input.dtype
-    general = _Stage1(KERNEL_NAME, function, stage1_grid, (32 * WARPS, 1, 1), 1)
-    kernels = [KERNEL_NAME, shared._splitk_reduce_kernel.__name__]  # the run names the stage-1 kernel it chose
+    name = stage1_kernel_name(problem)
+    general = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1], stage1_grid,
+                      (32 * WARPS, 1, 1), 1)
+    kernels = [name, shared._splitk_reduce_kernel.__name__]  # the run names the stage-1 kernel it chose
 
     def launch_stages(x, dy, out, workspace):
         partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)

@@ -114,13 +114,13 @@ def test_routed_only_on_its_measured_class(overrides, routed, bindings):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the GPU run builds with NVRTC)")
 @pytest.mark.parametrize("defines", [[], ["-DELEM_IS_FP16"]], ids=["bf16", "fp16"])
 def test_source_builds_for_sm90_without_spills(tmp_path, defines):
-    """The kernel's sm_90 build: mma.sync and ldmatrix present, no local memory (spills), 24 KB of
-    shared memory a CTA, registers within one CTA's launch bound."""
+    """The kernels' sm_90 build, kernel by kernel: no local memory (spills, stack), and the MMAs and
+    ldmatrix of their tap tile."""
     out = tmp_path / "k.cubin"
     build = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-Xptxas", "-v", *defines, str(launcher.SOURCE),
                             "-o", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
-    kernels = (launcher.KERNEL_NAME, *launcher.COOPERATIVE_KERNELS.values())
+    kernels = launcher.KERNEL_NAMES
     assert build.stderr.count("Compiling entry function") == len(kernels), build.stderr
     assert all(f"'{name}'" in build.stderr for name in kernels), build.stderr
     # every kernel: no spills, no stack
@@ -129,10 +129,16 @@ def test_source_builds_for_sm90_without_spills(tmp_path, defines):
     ptx = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", *defines, str(launcher.SOURCE), "-o", "-"],
                          capture_output=True, text=True).stdout
     kind = "f16" if defines else "bf16"
-    mmas = ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32")
-    loads = ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
-    # 8 MMAs and 2 ldmatrix.x4 a 16-column block (the block loop may be unrolled)
-    assert mmas >= 8 and mmas % 8 == 0 and loads == mmas // 4, (mmas, loads)
+    entries = ptx.split(".entry ")[1:]
+    assert sorted(entry.split("(", 1)[0].strip() for entry in entries) == sorted(kernels)
+    for entry in entries:
+        name = entry.split("(", 1)[0].strip()
+        mmas = entry.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32")
+        loads = entry.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+        # a 16-column block: 32 x 32 taps, 8 MMAs and 2 ldmatrix.x4; 16 x 16 taps, 2 MMAs and 1 ldmatrix.x4
+        # (the block loop may be unrolled)
+        per_block, per_load = (2, 2) if name.endswith("_t16_kernel") else (8, 4)
+        assert mmas >= per_block and mmas % per_block == 0 and loads == mmas // per_load, (name, mmas, loads)
 
 
 def _strides(problem, layout):
@@ -144,7 +150,7 @@ def _strides(problem, layout):
     return (*t.stride(), *t.stride())
 
 
-@pytest.mark.parametrize("channels", sorted(launcher.COOPERATIVE_KERNELS))
+@pytest.mark.parametrize("channels", launcher.COOPERATIVE_CHANNEL_COUNTS)
 def test_cooperative_layout_admits_channels_last_vectors_only(channels):
     """The cooperative kernel needs each position's CTA channels adjacent and vector-aligned."""
     cl = _problem(layout="channels_last")

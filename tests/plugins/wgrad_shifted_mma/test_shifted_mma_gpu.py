@@ -37,6 +37,8 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
     "asym-c12-5x3": dict(batch=5, groups=12, in_channels=12, input_size=(9, 11), filter_size=(5, 3),
                          padding=((2, 1), (0, 2))),
     "one-pixel-c8": dict(batch=2, groups=8, in_channels=8, input_size=(1, 1), filter_size=3, padding=1),
+    "k16-edge-c8": dict(batch=3, groups=8, in_channels=8, input_size=(20, 33), filter_size=16,
+                        padding=((8, 7), (3, 12))),   # the largest filter of the 16 x 16 tap tile
     "top-pad-31-c8": dict(batch=3, groups=8, in_channels=8, input_size=(6, 6), filter_size=32,
                           padding=((31, 0), (0, 31))),   # no row above the image is read
 }
@@ -46,8 +48,8 @@ def _stage1_kernel(problem, channels=None):
     """The stage-1 kernel a call on make_inputs' contiguous operands in ``problem``'s layout runs."""
     channels = launcher.COOPERATIVE_CHANNELS if channels is None else channels
     if channels and problem.layout == "channels_last" and problem.out_channels % channels == 0:
-        return launcher.COOPERATIVE_KERNELS[channels]
-    return launcher.KERNEL_NAME
+        return launcher.stage1_kernel_name(problem, channels)
+    return launcher.stage1_kernel_name(problem)
 
 
 def _poisoned_run(bound, problem, chosen, x, dy):
@@ -71,7 +73,7 @@ def test_shifted_mma_vs_reference(layer, dtype, layout):
     assert_close_to_reference(outcome, p)
 
 
-@pytest.mark.parametrize("channels", sorted(launcher.COOPERATIVE_KERNELS))
+@pytest.mark.parametrize("channels", launcher.COOPERATIVE_CHANNEL_COUNTS)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_cooperative_kernels_equal_the_kernel_for_any_strides(layer, dtype, channels):
@@ -87,7 +89,7 @@ def test_cooperative_kernels_equal_the_kernel_for_any_strides(layer, dtype, chan
     got = _poisoned_run(cooperative, p, chosen, x, dy)
     assert cooperative.kernels[0] == _stage1_kernel(p, channels)
     want = _poisoned_run(general, p, chosen, x, dy)
-    assert general.kernels[0] == launcher.KERNEL_NAME
+    assert general.kernels[0] == launcher.stage1_kernel_name(p)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     assert relative_error(got, reference_weight_grad(p, x, dy)) <= TOLERANCE[dtype]
 
@@ -106,7 +108,7 @@ def test_misaligned_channels_last_operands_take_the_kernel_for_any_strides():
     aligned = _poisoned_run(bound, p, chosen, x, dy)
     assert bound.kernels[0] == _stage1_kernel(p)
     misaligned = _poisoned_run(bound, p, chosen, shifted_x, dy)
-    assert bound.kernels[0] == launcher.KERNEL_NAME
+    assert bound.kernels[0] == launcher.stage1_kernel_name(p)
     assert torch.equal(aligned.view(torch.int16), misaligned.view(torch.int16))
 
 
@@ -183,3 +185,15 @@ def test_router_gives_it_its_measured_class_and_a_patched_layer_uses_it(layout):
     reference = reference_weight_grad(p, x.bfloat16(), dy.bfloat16())
     assert relative_error(patched.weight.grad, reference) <= TOLERANCE["bf16"]
     assert relative_error(stock.weight.grad, reference) <= TOLERANCE["bf16"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_kernel_built_by_nvrtc_has_no_local_memory(dtype):
+    """The kernels as NVRTC builds them here (its ptxas may differ from the nvcc the CPU test runs):
+    no spills (local memory) and no more than one CTA of registers."""
+    driver = launcher._bindings()[0][0]
+    arch = "%d%d" % torch.cuda.get_device_capability()
+    for name in launcher.KERNEL_NAMES:
+        _, function = launcher._function(dtype, arch, torch.cuda.current_device(), name)
+        err, local = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function)
+        assert err == driver.CUresult.CUDA_SUCCESS and local == 0, (name, err, local)
