@@ -277,7 +277,7 @@ PY
       timeout 150 python3 tools/proto_shifted_mma.py --layouts channels_last contiguous --json "$OUT/shifted_mma_coop.json" \
         2>&1 | grep -v -i warn | tee "$OUT/shifted_mma_coop.txt"
       for kernel in wgrad_shifted_mma_kernel wgrad_shifted_mma_cl4_kernel wgrad_shifted_mma_cl8_kernel; do
-        timeout 90 ncu --kernel-name $kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+        timeout 60 ncu --kernel-name $kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
           python3 tools/proto_shifted_mma.py --layouts channels_last --only replk31b-56-c128-k31 \
           > "$OUT/ncu_${kernel}_cl.txt" 2>&1
