@@ -63,9 +63,10 @@
 #   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
 #            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
 #   hostoverhead  host us a call over aten.convolution_backward (tools/host_overhead.py) alone
-#   coopcl   the shifted-MMA family's cooperative channels_last kernels (4 and 8 channels a vector load): GPU
-#            tests, the layer bench (any-strides kernel beside cl4 and cl8, both layouts), ncu of each CL kernel
+#   coopcl   the shifted-MMA family's cooperative channels_last kernels (session 13 ran 4 and 8 channels a vector
+#            load): GPU tests, the layer bench (any-strides kernel beside cl4, both layouts), ncu of each CL kernel
 #            on the 31x31 56x56 layer, RepLKNet-31B CL same-model steps with the built-in router
+#   coopsteps  the shifted-MMA GPU tests, then RepLKNet-31B CL and NCHW same-model steps (step lines only)
 #   compiledsteps  timm models (COMPILED_MODELS) channels_last under torch.compile's default mode, stock vs patched
 #   hostparts2  hostparts for this checkout and for session 9's library (build/old: `git archive c5efda5
 #            convwgrad | tar -x -C build/old`, carried)
@@ -276,7 +277,7 @@ PY
         -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
       timeout 150 python3 tools/proto_shifted_mma.py --layouts channels_last contiguous --json "$OUT/shifted_mma_coop.json" \
         2>&1 | grep -v -i warn | tee "$OUT/shifted_mma_coop.txt"
-      for kernel in wgrad_shifted_mma_kernel wgrad_shifted_mma_cl4_kernel wgrad_shifted_mma_cl8_kernel; do
+      for kernel in wgrad_shifted_mma_kernel wgrad_shifted_mma_cl4_kernel; do
         timeout 60 ncu --kernel-name $kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
           python3 tools/proto_shifted_mma.py --layouts channels_last --only replk31b-56-c128-k31 \
@@ -286,6 +287,12 @@ PY
       timeout ${MMASTEPS_LIMIT_S:-180} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
         --layouts channels_last --same-model --with-control --rounds 3 --layers --json "$OUT/steps_mma_coop.json" 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | tail -30 ;;
+    coopsteps)
+      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
+        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      timeout ${MMASTEPS_LIMIT_S:-300} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
+        --layouts channels_last,contiguous --same-model --with-control --rounds 3 2>&1 \
+        | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | grep -E "^replknet|^model|host ms" ;;
     hostoverhead)
       timeout 120 python3 tools/host_overhead.py --calls 100 --json "$OUT/host_overhead.json" 2>&1 | grep -v Warn \
         | tee "$OUT/host_overhead.txt" ;;

@@ -8,8 +8,8 @@ kernel now, and its numerics are tests/plugins/wgrad_shifted_mma/test_shifted_mm
 Usage (GPU machine, repo root):
   python tools/proto_shifted_mma.py [--json F] [--only LAYER ...] [--layouts contiguous channels_last]
   # graph replay / eager us a call; in channels_last the family's stage-1 kernels side by side: the one
-  # for any strides (mma_any) and the cooperative ones loading 4 or 8 channels a vector (mma_cl4,
-  # mma_cl8; session 13). Session 12 timed copying channels_last to NCHW first: slower on every layer
+  # for any strides (mma_any) and the cooperative one loading 4 channels a vector (mma_cl4; session 13,
+  # which also timed 8 channels, git 275dc2e). Session 12 timed copying channels_last to NCHW first: slower on every layer
   # (git c52017f has that arm).
 """
 
@@ -34,8 +34,8 @@ def bench(json_path, only=None, layouts=("contiguous",)):
 
     rows = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; bf16; us: graph replay / eager; "
-          f"mma_any / mma_cl4 / mma_cl8: the family's prepared call with its kernel for any strides / the "
-          f"cooperative channels_last kernels (4 or 8 channels a vector load)")
+          f"mma_any / mma_cl4: the family's prepared call with its kernel for any strides / the "
+          f"cooperative channels_last kernel (4 channels a vector load)")
     for layout in layouts:
         for name, n, c, h, k in BENCH_LAYERS:
             if only and name not in only:

@@ -229,7 +229,7 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
     if bound is None:
         run, kernels = _launch_hook_binding(pm, problem, plan)
     else:
-        run, kernels = bound.run, tuple(bound.kernels)
+        run, kernels = bound.run, bound.kernels  # a list the run updates stays live: recorded per call
     return _PreparedCall(run, kernels, plan.kernel_name, plan.family, plan.workspace_nbytes, input.device,
                          serialise=plan.target.backend == "interpreter", adapt=adapt, problem=problem)
 

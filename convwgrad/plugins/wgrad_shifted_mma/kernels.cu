@@ -4,7 +4,7 @@
 // run in place. wgrad_shifted_mma_kernel takes any strides: a row costs each lane four 2-byte loads
 // (the NCHW loads were never vectors); in channels_last a warp's row load touches 32 sectors instead
 // of 2 (H100, session 12: 1.57x NCHW's time on the 31x31 56x56 layer, L1/TEX-bound). The cooperative
-// channels_last kernels (wgrad_shifted_mma_cl4/cl8_kernel, at the end) load a vector of the CTA's
+// channels_last kernels (wgrad_shifted_mma_cl4[_t16]_kernel, at the end) load a vector of the CTA's
 // adjacent channels a position instead, with one CTA barrier a row.
 //
 // For one channel and stride 1,   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + kx] * dY[n, r + PH - ky, ow]
@@ -236,7 +236,6 @@ __device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
 // both pointers aligned to the vector.
 template <int CH> struct ChannelVector;
 template <> struct ChannelVector<4> { typedef uint2 type; };
-template <> struct ChannelVector<8> { typedef uint4 type; };
 
 template <int CH, int MT, int NT>
 __device__ __forceinline__ void cooperative_channels_last(KERNEL_PARAMS) {
@@ -322,4 +321,3 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, 4) wgrad_shifted_mma_t1
         cooperative_channels_last<CH, 1, 2>(KERNEL_ARGS);                                                         \
     }
 COOPERATIVE_KERNELS(4)
-COOPERATIVE_KERNELS(8)

@@ -30,10 +30,16 @@ SOURCE = pathlib.Path(__file__).with_name("kernels.cu")
 #: Warps (channels) a CTA of the kernel for operands of any strides, as the source's WARPS.
 WARPS = 4
 #: Channel counts of the channels_last kernels with cooperative loads: a CTA's warps own that many adjacent
-#: channels, and one vector load a position brings them all (4 bf16 in 8 bytes, 8 in 16).
-COOPERATIVE_CHANNEL_COUNTS = (4, 8)
-#: Channels a cooperative CTA, where the layout allows one (cooperative_layout); 0: never.
-#: Chosen before measuring (session 13); see notes/PERF.md "Session 13".
+#: channels, and one vector load a position brings them all (4 bf16 in 8 bytes). Session 13 also built 8
+#: channels a CTA (16-byte loads, 8 warps): H100, graph replay, against 4 channels, 0.92-0.98x the time on
+#: RepLKNet-31B's 31x31 and 29x29 layers but 1.02-1.20x on the 27x27, SLaK and batch-8 ones, and NVRTC's
+#: build of it spilled 8 bytes; it was dropped (git 275dc2e..this commit's parent has it).
+COOPERATIVE_CHANNEL_COUNTS = (4,)
+#: Channels a cooperative CTA, where the layout allows one (cooperative_layout); 0: never. Measured
+#: (H100, session 13, tools/proto_shifted_mma.py --layouts channels_last): 4 channels against the kernel
+#: for any strides 1.31x (31x31 56x56 N=32: 153.6 us against 200.6), 1.52x (29x29), 1.47x (27x27), 1.20x
+#: (13x13 14x14 N=32); 1.01-1.09x on SLaK and the batch-8 31x31; 0.81x on UniRepLKNet's 28x28 13x13 at
+#: batch 4 (19.3 us against 15.6: 160 CTAs, too few to hide a CTA barrier a row).
 COOPERATIVE_CHANNELS = 4
 #: Filters up to this many taps a side run the kernels of the 16 x 16 tap tile (one m16 x two n8 MMA
 #: tiles, a quarter of the 32 x 32 tile's MMAs).
@@ -163,9 +169,11 @@ def cooperative_layout(problem: ConvProblem, strides, channels: int) -> bool:
     the cooperative kernel of ``channels`` a CTA: adjacent channels adjacent in memory (channel stride
     1) and every vector of ``channels`` starting on a multiple of ``channels`` elements. The data
     pointers' alignment is checked a call (it is not part of the prepared call's key)."""
-    sxn, sxc, sxh, sxw, sdn, sdc, sdh, sdw = strides
-    return (channels in COOPERATIVE_CHANNEL_COUNTS and problem.out_channels % channels == 0 and sxc == 1 and sdc == 1
-            and all(s % channels == 0 for s in (sxn, sxh, sxw, sdn, sdh, sdw)))
+    sizes = (*problem.input_shape, *problem.grad_output_shape)
+    # the n, h and w strides of dims longer than 1 (a size-1 dim's stride never multiplies an index)
+    steps = [strides[i] for i in (0, 2, 3, 4, 6, 7) if sizes[i] != 1]
+    return (channels in COOPERATIVE_CHANNEL_COUNTS and problem.out_channels % channels == 0
+            and strides[1] == 1 and strides[5] == 1 and all(s % channels == 0 for s in steps))
 
 
 @functools.cache
