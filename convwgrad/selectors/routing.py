@@ -52,7 +52,11 @@ SHIFTED_FROM_TAPS = 13 * 13
 #: one 16-column block with 7 columns used, so rows narrower than 14 stay with the shifted family.
 SHIFTED_MMA_FROM_TAPS = 13 * 13
 SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
-#: channels_last (the kernel reads the operands in place, session 12): fewest taps measured faster there.
+#: channels_last (the kernel reads the operands in place, session 12; 4 adjacent channels a vector load
+#: where the strides allow, session 13: 153.6 us on the 31x31 layer below, 90.5 on the 29x29, 66.2 on the
+#: 27x27, 66.8 on SLaK's): fewest taps measured faster there. Session 13 also measured UniRepLKNet's 13x13
+#: 14x14 C320 N=32 layer at 36.8 us against the shifted family's 49.5, and 28x28 C160 N=4 at 19.3 against
+#: 18.8: one win and one tie, so the class was not moved down before a model's steps say so.
 #: H100, bf16, graph replay, same process (tools/proto_shifted_mma.py --layouts channels_last contiguous,
 #: notes/PERF.md "Session 12"): RepLKNet-31B N=32 31x31 56x56 200 us (Triton shifted 883, cuDNN CL 15966),
 #: 29x29 28x28 134 (407, 7079), 27x27 14x14 100 (181, 3338); SLaK 31x31 N=16 72 (391, 6512). It lost on
@@ -67,10 +71,11 @@ SHIFTED_MMA_MEASURED = {
                    f"rows of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns, 1.7-8.4x the Triton shifted family and "
                    f"14-139x cuDNN on RepLKNet-31B's 27x27-31x31, SLaK's 31x31 and UniRepLKNet's 13x13 layers"),
     "channels_last": (SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS,
-                      f"H100, 2026-12-05: bf16 channels_last undilated depthwise filters of >= "
+                      f"H100, 2026-12-06: bf16 channels_last undilated depthwise filters of >= "
                       f"{SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS} taps on rows of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} "
-                      f"columns, read in place: 1.8-5.4x the Triton shifted family and 33-90x cuDNN on RepLKNet-31B's "
-                      f"27x27-31x31 and SLaK's 31x31 layers; RepLKNet-31B N=16 step 1.40x stock (A/A 0.99x)"),
+                      f"columns, read in place (4 channels a vector load where the strides allow): 2.9-5.9x the "
+                      f"Triton shifted family and 50-104x cuDNN on RepLKNet-31B's 27x27-31x31 and SLaK's 31x31 "
+                      f"layers; RepLKNet-31B N=16 step 1.40x stock (A/A 0.99x, 2026-12-05)"),
 }
 #: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
 #: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
