@@ -291,7 +291,7 @@ PY
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
         -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
       timeout ${MMASTEPS_LIMIT_S:-300} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
-        --layouts channels_last,contiguous --same-model --with-control --rounds 3 2>&1 \
+        --layouts ${MMA_LAYOUTS:-channels_last,contiguous} --same-model --with-control --rounds 3 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | grep -E "^replknet|^model|host ms" ;;
     hostoverhead)
       timeout 120 python3 tools/host_overhead.py --calls 100 --json "$OUT/host_overhead.json" 2>&1 | grep -v Warn \
