@@ -33,7 +33,7 @@ WARPS = 4
 #: channels, and one vector load a position brings them all (4 bf16 in 8 bytes). Session 13 also built 8
 #: channels a CTA (16-byte loads, 8 warps): H100, graph replay, against 4 channels, 0.92-0.98x the time on
 #: RepLKNet-31B's 31x31 and 29x29 layers but 1.02-1.20x on the 27x27, SLaK and batch-8 ones, and NVRTC's
-#: build of it spilled 8 bytes; it was dropped (git 275dc2e..this commit's parent has it).
+#: build of it spilled 8 bytes; it was dropped (git 275dc2e has it).
 COOPERATIVE_CHANNEL_COUNTS = (4,)
 #: Channels a cooperative CTA, where the layout allows one (cooperative_layout); 0: never. Measured
 #: (H100, session 13, tools/proto_shifted_mma.py --layouts channels_last): 4 channels against the kernel
