@@ -4,6 +4,8 @@ the cooperative channels_last kernels bitwise equal to the kernel for any stride
 splits, operands with other strides read in place, CUDA-graph capture, the router's choice and a
 patched layer in each layout."""
 
+import math
+
 import pytest
 import torch
 
@@ -45,9 +47,12 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
 
 
 def _stage1_kernel(problem, channels=None):
-    """The stage-1 kernel a call on make_inputs' contiguous operands in ``problem``'s layout runs."""
+    """The stage-1 kernel a call on make_inputs' operands (dense, aligned) in ``problem``'s layout runs:
+    the cooperative one where the channels are adjacent, in channels_last, and in NCHW where the image
+    is one pixel (its channel stride is 1 too)."""
     channels = launcher.COOPERATIVE_CHANNELS if channels is None else channels
-    if channels and problem.layout == "channels_last" and problem.out_channels % channels == 0:
+    adjacent = problem.layout == "channels_last" or math.prod(problem.input_size) == 1
+    if channels and adjacent and problem.out_channels % channels == 0:
         return launcher.stage1_kernel_name(problem, channels)
     return launcher.stage1_kernel_name(problem)
 
