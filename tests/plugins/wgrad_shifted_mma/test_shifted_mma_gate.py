@@ -164,3 +164,15 @@ def test_cooperative_layout_admits_channels_last_vectors_only(channels):
     broadcast_dy = (sxn, sxc, sxh, sxw, 0, *dy[1:])  # a grad_output expanded along the batch reads fine
     assert launcher.cooperative_layout(cl, broadcast_dy, channels)
     assert not launcher.cooperative_layout(cl, _strides(cl, "channels_last"), 3)  # no such kernel
+
+
+@pytest.mark.parametrize("filter_size, small", [(13, True), (16, True), ((16, 3), True), (17, False), ((3, 17), False),
+                                                (31, False)])
+def test_stage1_kernel_by_filter_and_loads(filter_size, small):
+    """Filters up to 16 a side take the 16 x 16 tap tile, larger ones 32 x 32; every name is a kernel of
+    the source."""
+    p = _problem(filter_size=filter_size, padding=0)
+    for channels in (0, *launcher.COOPERATIVE_CHANNEL_COUNTS):
+        name = launcher.stage1_kernel_name(p, channels)
+        assert name in launcher.KERNEL_NAMES and name.endswith("_t16_kernel") == small
+        assert (f"_cl{channels}_" in name) == bool(channels)
