@@ -46,18 +46,20 @@ COOPERATIVE_CHANNELS = 4
 SMALL_TILE_FILTER = 16
 
 
+def _kernel_name(channels: int, small_tile: bool) -> str:
+    """The source's name for a stage-1 kernel: wgrad_shifted_mma[_cl<channels>][_t16]_kernel."""
+    return f"wgrad_shifted_mma{f'_cl{channels}' if channels else ''}{'_t16' if small_tile else ''}_kernel"
+
+
 def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
     """The source's stage-1 kernel for ``problem``: cooperative over ``channels`` channels (0: the
     kernel for any strides), of the tap tile the filter needs."""
-    cooperative = f"_cl{channels}" if channels else ""
-    small = "_t16" if max(problem.filter_size) <= SMALL_TILE_FILTER else ""
-    return f"wgrad_shifted_mma{cooperative}{small}_kernel"
+    return _kernel_name(channels, max(problem.filter_size) <= SMALL_TILE_FILTER)
 
 
 #: Every kernel of the source (its build is checked for spills kernel by kernel).
-KERNEL_NAMES = tuple(f"wgrad_shifted_mma{cooperative}{small}_kernel"
-                     for cooperative in ("", *(f"_cl{ch}" for ch in COOPERATIVE_CHANNEL_COUNTS))
-                     for small in ("", "_t16"))
+KERNEL_NAMES = tuple(_kernel_name(channels, small) for channels in (0, *COOPERATIVE_CHANNEL_COUNTS)
+                     for small in (False, True))
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
