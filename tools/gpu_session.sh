@@ -62,6 +62,10 @@
 #   shiftedmma  the shifted-MMA family's GPU tests, layer bench and RepLKNet-31B NCHW same-model steps
 #   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
 #            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
+#   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
+#   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
+#   regnetnchw  RegNetY-016 128 NCHW eager steps, 5 rounds, A/A arm (session 12 read 0.985x)
+#   oldnew   the shifted-MMA any-strides kernel of git c52017f beside this one (tools/mma_old_vs_new.py), ncu of both
 #   hostoverhead  host us a call over aten.convolution_backward (tools/host_overhead.py) alone
 #   coopcl   the shifted-MMA family's cooperative channels_last kernels (session 13 ran 4 and 8 channels a vector
 #            load): GPU tests, the layer bench (any-strides kernel beside cl4, both layouts), ncu of each CL kernel
@@ -293,6 +297,39 @@ PY
       timeout ${MMASTEPS_LIMIT_S:-300} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
         --layouts ${MMA_LAYOUTS:-channels_last,contiguous} --same-model --with-control --rounds 3 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | grep -E "^replknet|^model|host ms" ;;
+    hostpaired)
+      # issue 9's host target by the paired method: ways interleaved in rounds, thread CPU time a call
+      timeout ${HOSTPAIRED_LIMIT_S:-150} python3 tools/host_overhead.py --paired --rounds ${HOSTPAIRED_ROUNDS:-60} \
+        --block 20 --json "$OUT/host_paired.json" 2>&1 | grep -v Warn | tee "$OUT/host_paired.txt" ;;
+    unirep3)
+      # UniRepLKNet-T channels_last eager, same model, A/A arm: the built-in router, every depthwise layer to cuDNN,
+      # and its 13x13 layers (rows >= 14) to the shifted-MMA family
+      for plugin in "" "--plugin tools/route_experiments.py:depthwise_to_aten" \
+          "--plugin tools/route_experiments.py:large_channels_last_to_shifted_mma"; do
+        timeout ${UNIREP3_LIMIT_S:-150} python3 tools/step_bench.py --same-model --with-control \
+          --rounds ${UNIREP_ROUNDS:-3} $plugin --models ${UNIREP_MODELS:-unireplknet_t:32} --layouts channels_last 2>&1 \
+          | grep -v -i warn | tee -a "$OUT/steps_unirep3.txt" | grep -E "^unirep|plugin|host ms"
+      done ;;
+    regnetnchw)
+      timeout ${REGNET_LIMIT_S:-150} python3 tools/step_bench.py --same-model --with-control --rounds ${REGNET_ROUNDS:-5} \
+        --models regnety_016:128 --layouts contiguous 2>&1 | grep -v -i warn | tee "$OUT/steps_regnet_nchw.txt" \
+        | grep -E "^regnet|host ms" ;;
+    oldnew)
+      # the any-strides kernel of git c52017f beside this checkout's, one process, and ncu of each on the 27x27 layer
+      mkdir -p build  # build/kernels_old.cu is carried where the copy has no .git
+      git show c52017f:convwgrad/plugins/wgrad_shifted_mma/kernels.cu > build/kernels_git.cu 2>/dev/null \
+        && mv build/kernels_git.cu build/kernels_old.cu
+      timeout 120 python3 tools/mma_old_vs_new.py --old build/kernels_old.cu --only replk31b-14-c512-k27 \
+        --only replk31b-28-c256-k29 --only replk31b-56-c128-k31 --only unirep-14-c320-k13 --only replk31b-7-c1024-k13 \
+        2>&1 | grep -v -i warn | tee "$OUT/mma_old_vs_new.txt"
+      for arm in old new; do
+        timeout 60 ncu --kernel-name wgrad_shifted_mma_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
+          python3 tools/mma_old_vs_new.py --old build/kernels_old.cu --only replk31b-14-c512-k27 --arms $arm \
+          > "$OUT/ncu_mma_${arm}_k27.txt" 2>&1
+        grep -E "Duration|Throughput|Registers|Issued|Eligible|Hit Rate|Stall|Achieved Occ|Block Limit" \
+          "$OUT/ncu_mma_${arm}_k27.txt" | head -20
+      done ;;
     hostoverhead)
       timeout 120 python3 tools/host_overhead.py --calls 100 --json "$OUT/host_overhead.json" 2>&1 | grep -v Warn \
         | tee "$OUT/host_overhead.txt" ;;

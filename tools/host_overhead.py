@@ -12,6 +12,7 @@ same through Triton's JIT launch on every call).
 The layers are small, so the GPU keeps up with the host and the host cost shows.
 
 Usage (GPU machine): python tools/host_overhead.py [--calls 200] [--json FILE]
+       python tools/host_overhead.py --paired [--rounds 100 --block 20]  (thread CPU, ways interleaved)
 Run it with another checkout first on PYTHONPATH to measure that version the same way.
 """
 
@@ -86,6 +87,82 @@ def idle_per_call(fn, calls):
             wall.append((time.perf_counter() - w) * 1e6)
     torch.cuda.synchronize()
     return statistics.median(wall), statistics.median(cpu)
+
+
+def paired_per_call(ways, rounds, block):
+    """Per way, median thread-CPU and wall us a call over ``rounds`` rounds in which every way runs a
+    block of ``block`` calls in turn (the GPU idle at each block's start, its end synchronised): the
+    ways see the same host state, so a drift or a noisy neighbour moves them together. Also, per way,
+    the median over rounds of its difference from ``aten`` in the same round (thread CPU): the
+    overhead figure. Thread CPU time leaves out the time the thread was not running (preemption)."""
+    for fn in ways.values():
+        for _ in range(10):
+            fn()
+    torch.cuda.synchronize()
+    cpu = {way: [] for way in ways}
+    wall = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, fn in ways.items():
+            torch.cuda.synchronize()
+            w, c = time.perf_counter(), time.thread_time()
+            for _ in range(block):
+                fn()
+            c = time.thread_time() - c
+            torch.cuda.synchronize()
+            cpu[way].append(c * 1e6 / block)
+            wall[way].append((time.perf_counter() - w) * 1e6 / block)
+    row = {}
+    for way in ways:
+        over = [a - b for a, b in zip(cpu[way], cpu["aten"])]
+        row[way] = (statistics.median(cpu[way]), statistics.median(wall[way]), statistics.median(over))
+    return row
+
+
+def layer_ways(name, layer):
+    x, weight, dy, stride, padding, dilation = tensors(*layer)
+    groups, rank = x.shape[1], x.dim() - 2
+    nd_weight = {1: convwgrad.conv1d_weight, 2: convwgrad.conv2d_weight}[rank]
+    from convwgrad.provider.dispatch import _prepare_conv_weight
+
+    prepared, _ = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
+    workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device="cuda")
+                 if prepared.workspace_nbytes else None)
+    ways = {
+        "aten": lambda: torch.ops.aten.convolution_backward.default(
+            dy, x, weight, None, stride, padding, dilation, False, [0] * rank, groups, [False, True, False]),
+        "bound": lambda: prepared.run(x, dy, None, workspace),
+        "conv2d_weight": lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, groups),
+        "op": lambda: torch.ops.convwgrad.conv_weight.default(x, dy, list(weight.shape), stride, padding,
+                                                              dilation, groups),
+    }
+    return ways, prepared.family
+
+
+def measure_paired(rounds, block):
+    rows = []
+    for name, layer in LAYERS.items():
+        ways, family = layer_ways(name, layer)
+        row = {"layer": name, "family": family}
+        row.update(paired_per_call(ways, rounds, block))
+        rows.append(row)
+    return rows
+
+
+def print_paired(rows, rounds, block):
+    print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; paired method: {rounds} rounds of "
+          f"{block} calls a way, thread-CPU us a call (wall us a call, block synchronised); "
+          "over aten = median of same-round differences in thread CPU")
+    ways = ("aten", "bound", "conv2d_weight", "op")
+    print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>16}" for w in ways)
+          + "   over aten: bound / conv2d_weight / op;  conv2d_weight over bound")
+    for r in rows:
+        cells = " ".join(f"{r[w][0]:>6.1f} ({r[w][1]:>6.1f})" for w in ways)
+        print(f"{r['layer']:<24} {r['family']:<13} {cells}   {r['bound'][2]:+6.1f} / {r['conv2d_weight'][2]:+6.1f} / "
+              f"{r['op'][2]:+6.1f};  {r['conv2d_weight'][0] - r['bound'][0]:+6.1f}")
+    for way in ("conv2d_weight", "op"):
+        overs = sorted(r[way][2] for r in rows)
+        print(f"{way} over aten, thread CPU, across layers: median {statistics.median(overs):+.1f} us, "
+              f"range {overs[0]:+.1f} to {overs[-1]:+.1f}")
 
 
 def measure(calls):
@@ -175,7 +252,18 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json")
     parser.add_argument("--profile", help="a layer name: cProfile its conv*d_weight and op calls, print the top")
+    parser.add_argument("--paired", action="store_true",
+                        help="the paired method: ways interleaved in rounds of --block calls, thread CPU time")
+    parser.add_argument("--rounds", type=int, default=100, help="--paired: rounds")
+    parser.add_argument("--block", type=int, default=20, help="--paired: calls a way and round")
     args = parser.parse_args(argv)
+    if args.paired:
+        rows = measure_paired(args.rounds, args.block)
+        print_paired(rows, args.rounds, args.block)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
     if args.profile:
         profile_layer(args.profile, args.calls)
     rows = measure(args.calls)
