@@ -21,11 +21,14 @@ import os
 import pathlib
 import sys
 
-BENCH_LAYERS = [  # (name, N, C, H, k): RepLKNet-31B's large filters at batch 32, UniRepLKNet's 13x13, SLaK, ConvNeXt
+BENCH_LAYERS = [  # (name, N, C, H, k[, dilation]): RepLKNet-31B's large filters at batch 32, UniRepLKNet's 13x13,
+    # SLaK, and UniRepLKNet-T's dilated branches (padding dilation x (k - 1) / 2: the same size out)
     ("replk31b-56-c128-k31", 32, 128, 56, 31), ("replk31b-28-c256-k29", 32, 256, 28, 29),
     ("replk31b-14-c512-k27", 32, 512, 14, 27), ("replk31b-7-c1024-k13", 32, 1024, 7, 13),
     ("unirep-14-c320-k13", 32, 320, 14, 13), ("slak-56-c96-k31", 16, 96, 56, 31),
     ("replk31b-56-c128-k31-n8", 8, 128, 56, 31), ("unirep-28-c160-k13-n4", 4, 160, 28, 13),
+    ("unirep-14-c320-k7-d2", 32, 320, 14, 7, 2), ("unirep-7-c640-k3-d5", 32, 640, 7, 3, 5),
+    ("unirep-28-c160-k3-d3", 32, 160, 28, 3, 3), ("unirep-56-c80-k3-d4", 32, 80, 56, 3, 4),
 ]
 
 
@@ -37,27 +40,28 @@ def bench(json_path, only=None, layouts=("contiguous",)):
           f"mma_any / mma_cl4: the family's prepared call with its kernel for any strides / the "
           f"cooperative channels_last kernel (4 channels a vector load)")
     for layout in layouts:
-        for name, n, c, h, k in BENCH_LAYERS:
+        for name, n, c, h, k, *dilation in BENCH_LAYERS:
             if only and name not in only:
                 continue
-            rows.append(_bench_layer(layout, name, n, c, h, k))
+            rows.append(_bench_layer(layout, name, n, c, h, k, *dilation))
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(rows, indent=1))
 
 
-def _bench_layer(layout, name, n, c, h, k):
+def _bench_layer(layout, name, n, c, h, k, d=1):
     import torch
 
     import convwgrad
     from convwgrad.plugins.wgrad_shifted_mma import launcher
     from convwgrad.provider import ConvProblem, reference_weight_grad, relative_error
     from convwgrad.provider.dispatch import dispatch_conv_grouped
+    from convwgrad.provider.plan import NoCandidateError
     sys.path.insert(0, os.path.dirname(__file__))
     from step_bench import _eager_time_us, _graph_time_us
 
-    p = k // 2
+    p = d * (k - 1) // 2
     problem = ConvProblem.build(batch=n, groups=c, in_channels=c, input_size=(h, h), filter_size=k, padding=p,
-                                dtype="bf16", layout=layout)
+                                dilation=d, dtype="bf16", layout=layout)
     g = torch.Generator(device="cuda").manual_seed(c + k)
     x = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
     dy = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
@@ -66,11 +70,15 @@ def _bench_layer(layout, name, n, c, h, k):
     xl, dyl = (xcl, dycl) if layout == "channels_last" else (x, dy)
 
     def cudnn(x=x, dy=dy):
-        return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [p, p], [1, 1], False, [0, 0], c,
+        return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [p, p], [d, d], False, [0, 0], c,
                                                    [False, True, False])[1]
 
-    plans = {"shifted": convwgrad.plan(problem, "cuda", family="wgrad_shifted"),
-             "routed": convwgrad.plan(problem, "cuda")}
+    plans = {}
+    try:   # the Triton shifted family, where it admits the layer
+        plans["shifted"] = convwgrad.plan(problem, "cuda", family="wgrad_shifted")
+    except NoCandidateError as exc:
+        print(f"{layout[:4]} {name}: no wgrad_shifted arm ({exc})", flush=True)
+    plans["routed"] = convwgrad.plan(problem, "cuda")
     mma_plan = convwgrad.plan(problem, "cuda", family="wgrad_shifted_mma")
     workspace = torch.empty(mma_plan.workspace_nbytes, dtype=torch.uint8, device="cuda")
     variants = {"mma_any": 0}
@@ -83,7 +91,7 @@ def _bench_layer(layout, name, n, c, h, k):
              **{label: (lambda chosen=chosen: dispatch_conv_grouped(problem, xl, dyl, plan=chosen))
                 for label, chosen in plans.items()}}
     ref = reference_weight_grad(problem, x, dy, device=x.device) if n * c * h * h <= 2 ** 24 else None
-    row = dict(layer=name, layout=layout, N=n, C=c, H=h, k=k, routed_family=plans["routed"].family)
+    row = dict(layer=name, layout=layout, N=n, C=c, H=h, k=k, dilation=d, routed_family=plans["routed"].family)
     for label, b in bound.items():
         calls[label]()
         row[f"{label}_kernel"] = b.kernels[0]
@@ -99,9 +107,10 @@ def _bench_layer(layout, name, n, c, h, k):
     mma = min(row[label][0] for label in variants)
     baseline = "cudnn_cl" if layout == "channels_last" else "cudnn_nchw"
     errs = ", ".join(f"{key[:-4]} {value:.1e}" for key, value in row.items() if key.endswith("_err"))
+    shifted = f"{row['shifted'][0] / mma:5.2f}x shifted" if "shifted" in row else "no shifted arm"
     print(f"{layout[:4]} {name:24s} floor {floor:6.1f} | "
           + " | ".join(f"{lab} {row[lab][0]:7.1f}/{row[lab][1]:7.1f}" for lab in calls)
-          + f" | best mma {row[baseline][0] / mma:5.1f}x {baseline}, {row['shifted'][0] / mma:5.2f}x shifted, "
+          + f" | best mma {row[baseline][0] / mma:5.1f}x {baseline}, {shifted}, "
           f"{mma / floor:5.1f}x floor; routed {row['routed_family']}" + (f"; err {errs}" if errs else ""), flush=True)
     return row
 

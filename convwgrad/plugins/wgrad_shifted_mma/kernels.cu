@@ -7,27 +7,31 @@
 // channels_last kernels (wgrad_shifted_mma_cl4[_t16]_kernel, at the end) load a vector of the CTA's
 // adjacent channels a position instead, with one CTA barrier a row.
 //
-// For one channel and stride 1,   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + kx] * dY[n, r + PH - ky, ow]
+// For one channel, stride 1 and dilation (DH, DW),
+//   dW[ky, kx] = sum_{n, r, ow} Xpad[n, r, ow + DW kx] * dY[n, r + PH - DH ky, ow]
 // (r an input row, Xpad the input row padded by PW on the left). Per input row r and 16 output
 // columns ow0.., that is D[kx, ky] += A[kx, j] * B[j, ky] with
-//   A[kx, j] = Xpad[r, ow0 + j + kx]       (a Hankel view of one input row: M = 32 kx)
-//   B[j, ky] = dY[r + PH - ky, ow0 + j]    (a Toeplitz view of the last 32 grad_output rows: N = 32 ky)
+//   A[kx, j] = Xpad[r, ow0 + j + DW kx]       (a Hankel view of one input row, every DW-th diagonal: M = 32 kx)
+//   B[j, ky] = dY[r + PH - DH ky, ow0 + j]    (a Toeplitz view of the last DH (KH - 1) + 1 grad_output rows,
+//                                              every DH-th: N = 32 ky)
 // so the matrix unit does pad(KW) x pad(KH) multiply-adds a position, none wasted on channel pairs
-// (the merged family's diagonal computes 16x the real work at Gm = 16).
+// (the merged family's diagonal computes 16x the real work at Gm = 16). Dilation changes only these
+// index maps: the staging, the ring and the MMAs are those of dilation 1.
 //
 // One warp owns one channel and all its output columns (up to 4 blocks of 16) for a run of images
 // (one split), with private shared buffers, so a row needs no CTA barrier:
 // - the input row goes to shared memory twice, as Xpad and as Xpad shifted by one element, so that
-//   every (kx, j..j+1) pair of an A fragment is one aligned 32-bit load (kx even: copy 0; odd: copy 1);
-// - grad_output rows go to a ring of RING = 33 rows (one more than the 32 a step reads, so the row
-//   written for step r + 1 is none that step r reads); B comes by ldmatrix.x4, a row address a lane,
-//   so the ring's rotation costs nothing;
+//   every (kx, j..j+1) pair of an A fragment is one aligned 32-bit load (DW kx even: copy 0; odd: copy 1);
+// - grad_output rows go to a ring of RING = 33 rows (a step reads rows up to DH (KH - 1) <= 31 back, so
+//   the row written for step r + 1, 32 back, is none that step r reads); B comes by ldmatrix.x4, a row
+//   address a lane, so the ring's rotation costs nothing;
 // - the next step's rows are prefetched into registers while this step's MMAs run.
-// Per warp, row and 16 columns: 8 ld.shared.b32 (A), 2 ldmatrix.x4 (B), 8 mma.sync.m16n8k16 into
-// 32 fp32 accumulators. Each warp writes its channel's fp32 partial [split, C, KH, KW]; the shared
-// ordered reduction sums the splits (deterministic).
-// Limits (launcher.py checks them): stride 1, dilation 1, KH, KW <= 32, W, OW <= 64, top padding
-// < 33, depthwise.
+// Per warp, row and 16 columns: 8 ld.shared.b32 (A; fewer at DW = 1, mma_row), 2 ldmatrix.x4 (B),
+// 8 mma.sync.m16n8k16 into 32 fp32 accumulators. Each warp writes its channel's fp32 partial
+// [split, C, KH, KW]; the shared ordered reduction sums the splits (deterministic).
+// Limits (launcher.py checks them): stride 1, depthwise, KH, KW <= 32, W, OW <= 64, top padding
+// <= 32; dilation any with DH (KH - 1) <= 31 (the ring) and OW rounded up to 16 + DW (KW - 1) <= COPY_LEN
+// (every A read of a 16-column block inside its staged copy).
 // History: a first version (one CTA a channel, 4 warps = 4 column blocks, a CTA barrier and a
 // modulo a row, B by 32-bit loads) took 223 us on RepLKNet-31B's 31x31 56x56 C128 N=32 layer, issue-
 // bound (ncu: 55 % issue slots, IPC 2.3); this one 117 us (notes/PERF.md, session 11).
@@ -70,16 +74,34 @@ __device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, cons
 // 16 x 16 (MT 1, NT 2) for filters up to 16 a side, a quarter of the MMAs (a 13x13 filter fills 66 % of
 // it, 17 % of 32 x 32). The launcher picks one by the filter.
 // One row step of one warp: D[kx, ky] += A[kx, j] * B[j, ky] over the row's 16-column blocks, A from the
-// staged input row xb (two copies), B by ldmatrix from the ring rows slot - ky.
-template <int MT, int NT>
+// staged input row xb (two copies), B by ldmatrix from the ring rows slot - DH ky.
+// Tile columns ky >= KH feed dropped D entries only; their ring rows are those of KH - 1, so that no read
+// reaches further back than DH (KH - 1) (a dilated 32nd tap would: 31 DH rows). DILATED_COLS (DW > 1)
+// does the same for rows kx >= KW (31 DW columns would pass the staged copy). At DW = 1 the A offsets
+// stay compile-time and unclamped (kx <= 31 reads within the copy): A[kx, j + 8] is then A[kx + 8, j]
+// and block cb's rows kx + 16 are block cb + 1's rows kx, and nvcc shares those loads (sm_90 SASS of the
+// 32 x 32 tile: 19 ld.shared for 8 blocks instead of 64); dilated columns have no such overlap.
+template <int MT, int NT, bool DILATED_COLS>
 __device__ __forceinline__ void mma_row(float (&acc)[MT][NT][4], const elem_t* xb, const elem_t* ring, int slot,
-                                        int col_blocks, int lane) {
+                                        int col_blocks, int lane, int KH, int KW, int DH, int DW) {
     const int g = lane >> 2, t = lane & 3;
+    // this lane's A offsets, the same for every column block: rows kx = 16 mt + g + 8 h, columns 2t, 2t + 1
+    // (+ 8: a[mt][2 + h]), Xpad[2t + DW kx] in the copy whose pairs start there aligned
+    int a_off[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int kx = 16 * mt + g + 8 * h;
+            const int shift = DILATED_COLS ? DW * min(kx, KW - 1) : kx;
+            const int odd = shift & 1;
+            a_off[mt][h] = odd * COPY_LEN + 2 * t + shift - odd;
+        }
     // ldmatrix row of this lane: matrix i = lane / 8 (ky tile nt + (i >> 1), columns (i & 1) * 8), row lane % 8
     const int lm_ky = 8 * (lane >> 4) + (lane & 7), lm_col = ((lane >> 3) & 1) * 8;
-    // ring rows of ky = lm_ky and lm_ky + 16
-    int s0 = slot - lm_ky; s0 += s0 < 0 ? RING : 0;
-    int s1 = slot - lm_ky - 16; s1 += s1 < 0 ? RING : 0;
+    // ring rows of ky = lm_ky and lm_ky + 16, at most DH (KH - 1) <= RING - 2 back: one wrap
+    int s0 = slot - DH * min(lm_ky, KH - 1); s0 += s0 < 0 ? RING : 0;
+    int s1 = slot - DH * min(lm_ky + 16, KH - 1); s1 += s1 < 0 ? RING : 0;
     for (int cb = 0; cb < col_blocks; ++cb) {
         const int ow0 = cb * 16;
         u32 a[MT][4];
@@ -87,16 +109,14 @@ __device__ __forceinline__ void mma_row(float (&acc)[MT][NT][4], const elem_t* x
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int kx = 16 * mt + g + 8 * h;
-                const int odd = kx & 1;
-                const elem_t* base = xb + odd * COPY_LEN + ow0 + 2 * t + kx - odd;
+                const elem_t* base = xb + ow0 + a_off[mt][h];
                 a[mt][h] = lds32(base);
                 a[mt][2 + h] = lds32(base + 8);
             }
         }
         u32 b[NT][2];
 #pragma unroll
-        for (int q = 0; q < NT / 2; ++q)   // ky tiles 2q, 2q + 1: ring rows slot - ky
+        for (int q = 0; q < NT / 2; ++q)   // ky tiles 2q, 2q + 1: ring rows slot - DH ky
             ldsm_x4(b[2 * q][0], b[2 * q][1], b[2 * q + 1][0], b[2 * q + 1][1],
                     ring + (q ? s1 : s0) * RING_STRIDE + ow0 + lm_col);
 #pragma unroll
@@ -117,17 +137,17 @@ __device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
             for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
 }
 
-// The ring at an image's start. A step reads 32 ring rows, but only those of ky < KH reach dW (the other
-// D columns are dropped), and the ring's columns past OW stay zero from the kernel's start (rows are only
-// ever written up to OW). So an image needs KH - 1 rows written before its first step: grad_output rows
-// 0 .. PH - 1 (preloaded; zero past OH) in slots 0 .. PH - 1, and the rows above the image that the first
-// steps read (rows PH - KH + 1 .. -1, zeros) in the ring's last KH - 1 - PH slots. The rest hold finite
-// rows of an earlier image (or zeros) and feed dropped columns only. Per image that is (KH - 1) x OW
-// elements instead of clearing and preloading the whole ring (33 x 72 + PH x 64): the ring was most of
-// the work on the 14x14 and 7x7 layers, whose 14 or 7 steps an image are few.
-__device__ __forceinline__ int prologue_rows(int KH, int PH) { return PH + max(0, KH - 1 - PH); }
-__device__ __forceinline__ int prologue_slot(int i, int KH, int PH) {   // i < prologue_rows(KH, PH)
-    return i < PH ? i : RING - (KH - 1 - PH) + (i - PH);
+// The ring at an image's start. A step reads ring rows up to span = DH (KH - 1) back (mma_row), only those
+// of ky < KH reach dW (the other D columns are dropped), and the ring's columns past OW stay zero from the
+// kernel's start (rows are only ever written up to OW). So an image needs span rows written before its
+// first step: grad_output rows 0 .. PH - 1 (preloaded; zero past OH) in slots 0 .. PH - 1, and the rows
+// above the image that the first steps read (rows PH - span .. -1, zeros) in the ring's last span - PH
+// slots. The rest hold finite rows of an earlier image (or zeros) and feed dropped columns only. Per image
+// that is span x OW elements instead of clearing and preloading the whole ring (33 x 72 + PH x 64): the
+// ring was most of the work on the 14x14 and 7x7 layers, whose 14 or 7 steps an image are few.
+__device__ __forceinline__ int prologue_rows(int span, int PH) { return PH + max(0, span - PH); }
+__device__ __forceinline__ int prologue_slot(int i, int span, int PH) {   // i < prologue_rows(span, PH)
+    return i < PH ? i : RING - (span - PH) + (i - PH);
 }
 
 // The warp's fp32 partial of channel c: part[split, c, ky, kx] from the accumulator fragments.
@@ -149,13 +169,13 @@ __device__ __forceinline__ void store_partial(const float (&acc)[MT][NT][4], flo
 
 #define KERNEL_PARAMS                                                                                             \
     const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ part, int N, int C, int H,  \
-    int W, int OH, int OW, int KH, int KW, int PH, int PW, int images_per_split, long long sxn, long long sxc,     \
-    long long sxh, long long sxw, long long sdn, long long sdc, long long sdh, long long sdw
-#define KERNEL_ARGS x, dy, part, N, C, H, W, OH, OW, KH, KW, PH, PW, images_per_split, sxn, sxc, sxh, sxw, \
+    int W, int OH, int OW, int KH, int KW, int PH, int PW, int DH, int DW, int images_per_split, long long sxn,  \
+    long long sxc, long long sxh, long long sxw, long long sdn, long long sdc, long long sdh, long long sdw
+#define KERNEL_ARGS x, dy, part, N, C, H, W, OH, OW, KH, KW, PH, PW, DH, DW, images_per_split, sxn, sxc, sxh, sxw, \
     sdn, sdc, sdh, sdw
 
 // Any strides: each warp loads its own channel's rows, 2-byte loads, no CTA barrier.
-template <int MT, int NT>
+template <int MT, int NT, bool DILATED_COLS>
 __device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
     __shared__ __align__(16) elem_t xs_all[WARPS][2 * XBUF];
     __shared__ __align__(16) elem_t ring_all[WARPS][RING * RING_STRIDE];
@@ -174,14 +194,14 @@ __device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
     for (int i = lane; i < RING * RING_STRIDE; i += 32) ring[i] = 0;
     float acc[MT][NT][4];
     zero_acc(acc);
-    const int ring_rows = prologue_rows(KH, PH);
+    const int span = DH * (KH - 1), ring_rows = prologue_rows(span, PH);
 
     for (int n = n_begin; n < n_end; ++n) {
         const elem_t* xn = x + n * sxn + c * sxc;
         const elem_t* dyn = dy + n * sdn + c * sdc;
         __syncwarp();   // the previous image's steps are done with the ring
         for (int i = 0; i < ring_rows; ++i) {
-            const int slot = prologue_slot(i, KH, PH);
+            const int slot = prologue_slot(i, span, PH);
             elem_t v0 = 0, v1 = 0;
             if (i < PH && i < OH) {
                 if (lane < OW) v0 = dyn[i * sdh + do0];
@@ -217,7 +237,7 @@ __device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
                 }
             }
             __syncwarp();
-            mma_row(acc, xb, ring, slot, col_blocks, lane);
+            mma_row<MT, NT, DILATED_COLS>(acc, xb, ring, slot, col_blocks, lane, KH, KW, DH, DW);
             slot = slot + 1 == RING ? 0 : slot + 1;
         }
     }
@@ -228,8 +248,8 @@ __device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
 // each other at every position, so one CH * 2-byte vector load a position brings a row to all of them
 // (threads 0-63: input columns, 64-127: grad_output columns), each element written into its warp's
 // staged row; one CTA barrier a row publishes the row. One barrier is enough: row r + 1 is written
-// into the other input copy and into ring slot r + 1 + PH, which step r does not read (the ring holds
-// one row more than a step reads), and row r + 2's writes come after barrier r + 1, which every warp
+// into the other input copy and into ring slot r + 1 + PH, which step r does not read (32 rows back, and
+// a step reads at most DH (KH - 1) <= 31), and row r + 2's writes come after barrier r + 1, which every warp
 // reaches only after step r. The general kernel's lanes each load a sector a 2-byte element in this
 // layout (ncu, H100, session 12: L1/TEX 91 % busy, DRAM 8.7 %); here a sector brings CH channels.
 // Launcher's conditions: channel stride 1 in both operands, C and every other stride multiples of CH,
@@ -237,7 +257,7 @@ __device__ __forceinline__ void any_strides(KERNEL_PARAMS) {
 template <int CH> struct ChannelVector;
 template <> struct ChannelVector<4> { typedef uint2 type; };
 
-template <int CH, int MT, int NT>
+template <int CH, int MT, int NT, bool DILATED_COLS>
 __device__ __forceinline__ void cooperative_channels_last(KERNEL_PARAMS) {
     typedef typename ChannelVector<CH>::type vec_t;
     union Channels { vec_t v; elem_t e[CH]; };
@@ -257,7 +277,7 @@ __device__ __forceinline__ void cooperative_channels_last(KERNEL_PARAMS) {
     float acc[MT][NT][4];
     zero_acc(acc);
     const vec_t zero = {};
-    const int ring_rows = prologue_rows(KH, PH);
+    const int span = DH * (KH - 1), ring_rows = prologue_rows(span, PH);
 
     for (int n = n_begin; n < n_end; ++n) {
         const elem_t* xn = x + n * sxn + x_col;
@@ -268,7 +288,7 @@ __device__ __forceinline__ void cooperative_channels_last(KERNEL_PARAMS) {
             if (cc >= OW) continue;
             Channels v;
             v.v = row < PH && row < OH ? *reinterpret_cast<const vec_t*>(dy + n * sdn + row * sdh + cc * sdw + c0) : zero;
-            const int slot = prologue_slot(row, KH, PH);
+            const int slot = prologue_slot(row, span, PH);
 #pragma unroll
             for (int k = 0; k < CH; ++k) ring_all[k][slot * RING_STRIDE + cc] = v.e[k];
         }
@@ -297,27 +317,33 @@ __device__ __forceinline__ void cooperative_channels_last(KERNEL_PARAMS) {
                 if (dy_loader && r + 1 + PH < OH) v.v = *reinterpret_cast<const vec_t*>(dyn + (r + 1 + PH) * sdh);
             }
             __syncthreads();
-            mma_row(acc, xs_all[warp] + buf, ring_all[warp], slot, col_blocks, lane);
+            mma_row<MT, NT, DILATED_COLS>(acc, xs_all[warp] + buf, ring_all[warp], slot, col_blocks, lane, KH, KW,
+                                          DH, DW);
             slot = slot + 1 == RING ? 0 : slot + 1;
         }
     }
     store_partial(acc, part, split, C, c0 + warp, KH, KW, lane);
 }
 
-// The kernels, by name: wgrad_shifted_mma[_cl<CH>][_t16]_kernel (launcher.stage1_kernel_name).
-extern "C" __global__ void __launch_bounds__(32 * WARPS) wgrad_shifted_mma_kernel(KERNEL_PARAMS) {
-    any_strides<2, 4>(KERNEL_ARGS);
-}
-// The minimum of 4 CTAs an SM is only a hint that changes ptxas's choice: without it, it allocated 72
-// registers and spilled 4 bytes (nvcc 13.0, sm_90); with it, 63 registers and no spill.
-extern "C" __global__ void __launch_bounds__(32 * WARPS, 4) wgrad_shifted_mma_t16_kernel(KERNEL_PARAMS) {
-    any_strides<1, 2>(KERNEL_ARGS);
-}
-#define COOPERATIVE_KERNELS(CH)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * CH) wgrad_shifted_mma_cl##CH##_kernel(KERNEL_PARAMS) {    \
-        cooperative_channels_last<CH, 2, 4>(KERNEL_ARGS);                                                         \
+// The kernels, by name: wgrad_shifted_mma[_dilated_cols][_cl<CH>][_t16]_kernel (launcher.stage1_kernel_name);
+// _dilated_cols for DW > 1 (mma_row: at DW = 1 the A loads overlap and are shared).
+// t16's minimum of 4 CTAs an SM is only a hint that changes ptxas's choice: without it, it allocated 72
+// registers and spilled 4 bytes (nvcc 13.0, sm_90); with it, 63 registers and no spill (60 with dilation's
+// arguments; the _dilated_cols one 72).
+#define KERNELS(NAME, DILATED_COLS)                                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) NAME##_kernel(KERNEL_PARAMS) {                      \
+        any_strides<2, 4, DILATED_COLS>(KERNEL_ARGS);                                                             \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * CH) wgrad_shifted_mma_cl##CH##_t16_kernel(KERNEL_PARAMS) {\
-        cooperative_channels_last<CH, 1, 2>(KERNEL_ARGS);                                                         \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, 4) NAME##_t16_kernel(KERNEL_PARAMS) {               \
+        any_strides<1, 2, DILATED_COLS>(KERNEL_ARGS);                                                             \
+    }                                                                                                             \
+    COOPERATIVE_KERNELS(NAME, DILATED_COLS, 4)
+#define COOPERATIVE_KERNELS(NAME, DILATED_COLS, CH)                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * CH) NAME##_cl##CH##_kernel(KERNEL_PARAMS) {                \
+        cooperative_channels_last<CH, 2, 4, DILATED_COLS>(KERNEL_ARGS);                                           \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * CH) NAME##_cl##CH##_t16_kernel(KERNEL_PARAMS) {            \
+        cooperative_channels_last<CH, 1, 2, DILATED_COLS>(KERNEL_ARGS);                                           \
     }
-COOPERATIVE_KERNELS(4)
+KERNELS(wgrad_shifted_mma, false)
+KERNELS(wgrad_shifted_mma_dilated_cols, true)

@@ -46,26 +46,35 @@ COOPERATIVE_CHANNELS = 4
 SMALL_TILE_FILTER = 16
 
 
-def _kernel_name(channels: int, small_tile: bool) -> str:
-    """The source's name for a stage-1 kernel: wgrad_shifted_mma[_cl<channels>][_t16]_kernel."""
-    return f"wgrad_shifted_mma{f'_cl{channels}' if channels else ''}{'_t16' if small_tile else ''}_kernel"
+def _kernel_name(channels: int, small_tile: bool, dilated_cols: bool = False) -> str:
+    """The source's name for a stage-1 kernel: wgrad_shifted_mma[_dilated_cols][_cl<channels>][_t16]_kernel."""
+    return (f"wgrad_shifted_mma{'_dilated_cols' if dilated_cols else ''}{f'_cl{channels}' if channels else ''}"
+            f"{'_t16' if small_tile else ''}_kernel")
 
 
 def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
     """The source's stage-1 kernel for ``problem``: cooperative over ``channels`` channels (0: the
-    kernel for any strides), of the tap tile the filter needs."""
-    return _kernel_name(channels, max(problem.filter_size) <= SMALL_TILE_FILTER)
+    kernel for any strides), of the tap tile the filter needs; the _dilated_cols one for a column
+    dilation above 1 (at 1 the kernel's A loads overlap and nvcc shares them, kernels.cu's mma_row)."""
+    return _kernel_name(channels, max(problem.filter_size) <= SMALL_TILE_FILTER, problem.dilation[-1] > 1)
 
 
 #: Every kernel of the source (its build is checked for spills kernel by kernel).
-KERNEL_NAMES = tuple(_kernel_name(channels, small) for channels in (0, *COOPERATIVE_CHANNEL_COUNTS)
-                     for small in (False, True))
+KERNEL_NAMES = tuple(_kernel_name(channels, small, dilated) for dilated in (False, True)
+                     for channels in (0, *COOPERATIVE_CHANNEL_COUNTS) for small in (False, True))
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
 MAX_WIDTH = 64
 #: The ring holds 33 grad_output rows and is preloaded with the rows above the first input row.
 MAX_TOP_PADDING = 32
+#: Most grad_output rows back a step reads, DH x (KH - 1): the ring's 33 rows hold those rows, the current
+#: one and the row the next step writes before every warp is done with this one (the cooperative kernels'
+#: one barrier a row).
+MAX_RING_SPAN = 31
+#: Elements of each of the two staged copies of an input row (the source's COPY_LEN): every A read of a
+#: 16-column block, up to column 16 x blocks - 1 + DW x (KW - 1) of the padded row, stays in its copy.
+COPY_LEN = 160
 #: Stage-1 CTAs aimed at: ~8 an SM of 132 over the run, each CTA 4 channels x a run of images.
 #: Chosen before measuring (session 11); the timed layers ran at this value.
 TARGET_CTAS = 132 * 8
@@ -101,21 +110,34 @@ def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
     if problem.dtype not in DTYPES:
         reasons.append(f"dtype={problem.dtype}: bf16 and fp16 only (mma.sync on 16-bit operands)")
     if problem.spatial_dims == 2:
-        if tuple(problem.stride) != (1, 1) or tuple(problem.dilation) != (1, 1):
-            reasons.append(f"stride={tuple(problem.stride)}, dilation={tuple(problem.dilation)}: stride 1 and "
-                           f"dilation 1 only (the Hankel and Toeplitz views are unit shifts)")
+        if tuple(problem.stride) != (1, 1):
+            reasons.append(f"stride={tuple(problem.stride)}: stride 1 only (the Hankel and Toeplitz views step "
+                           f"one element a column and one row a step)")
         fy, fx = problem.filter_size
+        dh, dw = problem.dilation
         if fy > MAX_FILTER or fx > MAX_FILTER:
             reasons.append(f"filter_size={tuple(problem.filter_size)}: at most {MAX_FILTER} a side (a 32 x 32 "
                            f"tap tile)")
         if problem.input_size[1] > MAX_WIDTH or problem.output_size[1] > MAX_WIDTH:
             reasons.append(f"input width {problem.input_size[1]}, output width {problem.output_size[1]}: at most "
                            f"{MAX_WIDTH} (four 16-column blocks of one warp)")
-        top, left = problem.padding[0][0], problem.padding[1][0]
+        top = problem.padding[0][0]
         if top > MAX_TOP_PADDING:
             reasons.append(f"padding top={top}: at most {MAX_TOP_PADDING} (the ring of grad_output rows)")
-        if left >= 2 * MAX_WIDTH:
-            reasons.append(f"padding left={left}: the padded row must fit its shared copy")
+        if dh * (fy - 1) > MAX_RING_SPAN:
+            reasons.append(f"dilation={tuple(problem.dilation)}, filter_size={tuple(problem.filter_size)}: the "
+                           f"filter spans {dh} x ({fy} - 1) = {dh * (fy - 1)} grad_output rows above a step's, at "
+                           f"most {MAX_RING_SPAN} (the ring of 33 rows)")
+        # the last 16-column block's A reads reach column blocks_end - 1 + DW (KW - 1) of the padded row
+        # (exact for an even DW (KW - 1); an odd one is read from the odd copy, one element back), and the
+        # padded row, left + W + right = OW + DW (KW - 1), fits with them. At DW = 1 the kernel reads up to
+        # 31 columns past a block unclamped (mma_row), within 64 + 31 while the widths pass
+        blocks_end = 16 * cdiv(problem.output_size[1], 16)
+        if blocks_end + dw * (fx - 1) > COPY_LEN:
+            reasons.append(f"dilation={tuple(problem.dilation)}, filter_size={tuple(problem.filter_size)}, output "
+                           f"width {problem.output_size[1]}: the row reads reach column {blocks_end} + {dw} x "
+                           f"({fx} - 1) = {blocks_end + dw * (fx - 1)} of the padded row, at most {COPY_LEN} (its "
+                           f"staged copy)")
     if spec.tile is None or spec.split_k < 2:
         reasons.append(f"split_k={spec.split_k}: the kernel writes fp32 partials, so it runs in two stages "
                        f"(split_k >= 2)")
@@ -192,7 +214,7 @@ def _function(dtype: str, arch: str, device_index: int, name: str):
     return module, function  # the module stays referenced with the function
 
 
-_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 11 + (ctypes.c_longlong,) * 8
+_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 13 + (ctypes.c_longlong,) * 8  # as KERNEL_PARAMS
 
 
 class _Stage1(NamedTuple):
@@ -226,7 +248,7 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
                               2 * channels)
     (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
     scalars = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0],
-               problem.padding[1][0], images_per_split(problem, spec), *strides)
+               problem.padding[1][0], *problem.dilation, images_per_split(problem, spec), *strides)
     stage1_grid, stage2_grid = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
     # stage 2 is bound to out's strides (a patched layer's dW comes in the weight's strides), as in

@@ -3,6 +3,7 @@ is CUDA C++ built by NVRTC and runs on a CUDA GPU only: tests/plugins/wgrad_shif
 test_shifted_mma_gpu.py runs it)."""
 
 import math
+import re
 import shutil
 import subprocess
 
@@ -44,7 +45,13 @@ def bindings(monkeypatch):
     dict(batch=3, groups=5, in_channels=5, input_size=(17, 23), filter_size=13, padding=6),
     dict(batch=1, groups=7, in_channels=7, input_size=(64, 64), filter_size=32, padding=0),
     dict(batch=5, groups=9, in_channels=9, input_size=(9, 11), filter_size=(7, 3), padding=((3, 1), (0, 2))),
-], ids=["replknet-31", "odd-13", "k32-valid", "asym"])
+    dict(batch=4, groups=320, in_channels=320, input_size=(14, 14), filter_size=7, padding=6, dilation=2),
+    dict(batch=4, groups=64, in_channels=64, input_size=(7, 7), filter_size=3, padding=5, dilation=5),
+    dict(batch=3, groups=8, in_channels=8, input_size=(40, 20), filter_size=(2, 17), padding=((31, 0), (16, 16)),
+         dilation=(31, 2)),   # the ring's limit: 31 rows above a step's
+    dict(batch=2, groups=4, in_channels=4, input_size=(5, 64), filter_size=(3, 13), padding=((1, 1), (48, 48)),
+         dilation=(1, 8)),    # the staged copy's limit: reads to column 64 + 8 x 12 = 160
+], ids=["replknet-31", "odd-13", "k32-valid", "asym", "unirep-k7-d2", "unirep-k3-d5", "span-31", "row-reach-160"])
 def test_admitted_with_every_split_holding_images(shape, dtype, layout, bindings):
     p = ConvProblem.build(**shape, dtype=dtype, layout=layout)
     chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
@@ -58,8 +65,13 @@ def test_admitted_with_every_split_holding_images(shape, dtype, layout, bindings
 
 @pytest.mark.parametrize("overrides, reason", [
     (dict(dtype="fp32"), "dtype=fp32"),
-    (dict(stride=2), "stride=(2, 2)"),
-    (dict(dilation=2, padding=30), "dilation=(2, 2)"),
+    (dict(stride=2), "stride=(2, 2): stride 1 only"),
+    (dict(dilation=2, padding=30), "dilation=(2, 2), filter_size=(31, 31): the filter spans 2 x (31 - 1) = 60"),
+    # 17 rows of dilation 2 span 32 rows above a step's: the ring holds 31 and the next step's row
+    (dict(filter_size=17, dilation=2, padding=16), "dilation=(2, 2), filter_size=(17, 17): the filter spans 2 x (17 "
+                                                   "- 1) = 32 grad_output rows"),
+    (dict(input_size=(8, 64), filter_size=(3, 15), dilation=(1, 7), padding=((1, 1), (49, 49))),
+     "dilation=(1, 7), filter_size=(3, 15), output width 64: the row reads reach column 64 + 7 x (15 - 1) = 162"),
     (dict(filter_size=33, padding=16), "filter_size=(33, 33)"),
     (dict(input_size=(56, 65)), "input width 65"),
     (dict(groups=64, in_channels=128), "cpg=2"),
@@ -70,7 +82,7 @@ def test_refused_with_the_field_and_value(overrides, reason, bindings):
     kwargs = {**REPLKNET, **overrides}
     dtype, layout = kwargs.pop("dtype", "bf16"), kwargs.pop("layout", "contiguous")
     p = ConvProblem.build(**kwargs, dtype=dtype, layout=layout)
-    with pytest.raises(NoCandidateError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(NoCandidateError, match=re.escape(reason)):
         convwgrad.plan(p, "sm_90", family=FAMILY)
 
 
@@ -166,13 +178,15 @@ def test_cooperative_layout_admits_channels_last_vectors_only(channels):
     assert not launcher.cooperative_layout(cl, _strides(cl, "channels_last"), 3)  # no such kernel
 
 
+@pytest.mark.parametrize("dilation", [1, (2, 1), (1, 2), 3])
 @pytest.mark.parametrize("filter_size, small", [(13, True), (16, True), ((16, 3), True), (17, False), ((3, 17), False),
                                                 (31, False)])
-def test_stage1_kernel_by_filter_and_loads(filter_size, small):
-    """Filters up to 16 a side take the 16 x 16 tap tile, larger ones 32 x 32; every name is a kernel of
-    the source."""
-    p = _problem(filter_size=filter_size, padding=0)
+def test_stage1_kernel_by_filter_and_loads(filter_size, small, dilation):
+    """Filters up to 16 a side take the 16 x 16 tap tile, larger ones 32 x 32; a column dilation above
+    1 the _dilated_cols kernels; every name is a kernel of the source."""
+    p = _problem(filter_size=filter_size, padding=45, dilation=dilation)   # padding: an output at every dilation
     for channels in (0, *launcher.COOPERATIVE_CHANNEL_COUNTS):
         name = launcher.stage1_kernel_name(p, channels)
         assert name in launcher.KERNEL_NAMES and name.endswith("_t16_kernel") == small
         assert (f"_cl{channels}_" in name) == bool(channels)
+        assert ("_dilated_cols_" in name) == (p.dilation[1] > 1)

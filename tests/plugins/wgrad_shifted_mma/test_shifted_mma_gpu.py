@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(launcher._bindings()[1] is not None, reason="needs cuda-bindings")]
 FAMILY = "wgrad_shifted_mma"
 
-LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), and odd shapes
+LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), odd and dilated shapes
     "replknet-31x31-56": dict(batch=4, groups=128, in_channels=128, input_size=(56, 56), filter_size=31, padding=15),
     "replknet-29x29-28": dict(batch=4, groups=256, in_channels=256, input_size=(28, 28), filter_size=29, padding=14),
     "replknet-27x27-14": dict(batch=4, groups=512, in_channels=512, input_size=(14, 14), filter_size=27, padding=13),
@@ -43,6 +43,23 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), a
                         padding=((8, 7), (3, 12))),   # the largest filter of the 16 x 16 tap tile
     "top-pad-31-c8": dict(batch=3, groups=8, in_channels=8, input_size=(6, 6), filter_size=32,
                           padding=((31, 0), (0, 31))),   # no row above the image is read
+    # dilated (the _dilated_cols kernels where the column dilation is above 1): UniRepLKNet's branches
+    "unireplknet-7x7-d2-14": dict(batch=4, groups=320, in_channels=320, input_size=(14, 14), filter_size=7,
+                                  padding=6, dilation=2),
+    "unireplknet-3x3-d5-7": dict(batch=4, groups=64, in_channels=64, input_size=(7, 7), filter_size=3, padding=5,
+                                 dilation=5),
+    "unireplknet-3x3-d3-28": dict(batch=4, groups=16, in_channels=16, input_size=(28, 28), filter_size=3, padding=3,
+                                  dilation=3),
+    "13x13-d2-span-24-c32": dict(batch=4, groups=32, in_channels=32, input_size=(14, 14), filter_size=13,
+                                 padding=12, dilation=2),
+    "asym-d3x4-c12": dict(batch=4, groups=12, in_channels=12, input_size=(11, 19), filter_size=(5, 3),
+                          padding=((0, 7), (5, 2)), dilation=(3, 4)),   # no top padding, DH != DW, KH != KW
+    "span-31-d31x2-c8": dict(batch=3, groups=8, in_channels=8, input_size=(40, 20), filter_size=(2, 17),
+                             padding=((31, 0), (16, 16)), dilation=(31, 2)),   # the ring's limit, 32 x 32 tile
+    "rows-d3-c6": dict(batch=3, groups=6, in_channels=6, input_size=(25, 30), filter_size=(9, 5),
+                       padding=((12, 12), (2, 2)), dilation=(3, 1)),   # row dilation only: the DW = 1 kernels
+    "row-reach-160-c4": dict(batch=2, groups=4, in_channels=4, input_size=(5, 64), filter_size=(3, 13),
+                             padding=((1, 1), (48, 48)), dilation=(1, 8)),   # A reads to the staged copy's end
 }
 
 
