@@ -62,6 +62,7 @@
 #   shiftedmma  the shifted-MMA family's GPU tests, layer bench and RepLKNet-31B NCHW same-model steps
 #   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
 #            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
+#   mmatests  the shifted-MMA family's GPU tests alone
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
 #   regnetnchw  RegNetY-016 128 NCHW eager steps, 5 rounds, A/A arm (session 12 read 0.985x)
@@ -291,6 +292,9 @@ PY
       timeout ${MMASTEPS_LIMIT_S:-180} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
         --layouts channels_last --same-model --with-control --rounds 3 --layers --json "$OUT/steps_mma_coop.json" 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | tail -30 ;;
+    mmatests)
+      OMP_NUM_THREADS=4 timeout ${MMATESTS_LIMIT_S:-150} python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q \
+        -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
     coopsteps)
       OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
         -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
@@ -319,10 +323,10 @@ PY
       mkdir -p build  # build/kernels_old.cu is carried where the copy has no .git
       git show c52017f:convwgrad/plugins/wgrad_shifted_mma/kernels.cu > build/kernels_git.cu 2>/dev/null \
         && mv build/kernels_git.cu build/kernels_old.cu
-      timeout 120 python3 tools/mma_old_vs_new.py --old build/kernels_old.cu --only replk31b-14-c512-k27 \
+      timeout ${OLDNEW_LIMIT_S:-120} python3 tools/mma_old_vs_new.py --old build/kernels_old.cu --only replk31b-14-c512-k27 \
         --only replk31b-28-c256-k29 --only replk31b-56-c128-k31 --only unirep-14-c320-k13 --only replk31b-7-c1024-k13 \
         2>&1 | grep -v -i warn | tee "$OUT/mma_old_vs_new.txt"
-      for arm in old new; do
+      for arm in ${OLDNEW_NCU_ARMS-old new}; do
         timeout 60 ncu --kernel-name wgrad_shifted_mma_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
           python3 tools/mma_old_vs_new.py --old build/kernels_old.cu --only replk31b-14-c512-k27 --arms $arm \

@@ -7,8 +7,9 @@ c52017f's kernels.cu, whose wgrad_shifted_mma_kernel takes the same arguments).
 Usage (GPU machine, repo root):
   git show c52017f:convwgrad/plugins/wgrad_shifted_mma/kernels.cu > build/kernels_old.cu
   python tools/mma_old_vs_new.py --old build/kernels_old.cu [--only LAYER ...] [--layouts contiguous]
-  # under ncu: --arms old (or new) times that arm alone, so --kernel-name wgrad_shifted_mma_kernel
-  # --launch-skip 1 --launch-count 1 profiles that build
+  # stage 1 alone, each source's kernel launched with the arguments that source declares (session 14's
+  # kernels take the dilation too); under ncu: --arms old (or new) times that arm alone, so --kernel-name
+  # regex:wgrad_shifted_mma --launch-skip 1 --launch-count 1 profiles that build
 """
 
 from __future__ import annotations
@@ -23,40 +24,58 @@ sys.path.insert(0, os.path.dirname(__file__))
 from proto_shifted_mma import BENCH_LAYERS  # noqa: E402  (tools/ is the script's directory)
 
 
-def _prepare_with_source(launcher, source, problem, spec, target, x, dy):
-    """launcher.prepare bound to ``source``'s wgrad_shifted_mma_kernel (the kernel for any strides, tile
-    32 x 32 in every old source), the launcher's build caches emptied before and after."""
-    saved = launcher.SOURCE, launcher.stage1_kernel_name
-    launcher._cubin.cache_clear()
-    launcher._function.cache_clear()
-    launcher.SOURCE = pathlib.Path(source)
-    launcher.stage1_kernel_name = lambda problem, channels=0: "wgrad_shifted_mma_kernel"
-    try:
-        return launcher.prepare(problem, spec, target, x, dy, None, cooperative_channels=0)
-    finally:
-        launcher.SOURCE, launcher.stage1_kernel_name = saved
-        launcher._cubin.cache_clear()
-        launcher._function.cache_clear()
+def _build(source: pathlib.Path, name: str, arch: str):
+    """Kernel ``name`` of ``source`` (bf16) built by NVRTC and loaded: (function, registers)."""
+    from cuda.bindings import driver, nvrtc
+
+    err, program = nvrtc.nvrtcCreateProgram(source.read_bytes(), b"kernels.cu", 0, [], [])
+    options = [f"--gpu-architecture=sm_{arch}".encode()]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"NVRTC could not build {source}: {err}")
+    _, size = nvrtc.nvrtcGetCUBINSize(program)
+    cubin = b" " * size
+    nvrtc.nvrtcGetCUBIN(program, cubin)
+    err, module = driver.cuModuleLoadData(cubin)
+    err, function = driver.cuModuleGetFunction(module, name.encode())
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuModuleGetFunction({name}) of {source}: {err}")
+    _, regs = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, function)
+    _FUNCTIONS.append((module, function))
+    return function, regs
 
 
-def _registers(launcher, source, name, arch):
-    """Registers a thread of kernel ``name`` in ``source``'s NVRTC build."""
-    from cuda.bindings import driver
+_FUNCTIONS = []  # loaded modules stay referenced
+
+
+def _stage1(source, name, problem, spec, x, dy, partials, arch):
+    """A stage-1 launch of ``source``'s kernel ``name`` writing fp32 partials [split, C, KH, KW]: the
+    arguments as that source declares them (sources before session 14 take no dilation)."""
+    import ctypes
 
     import torch
+    from cuda.bindings import driver
 
-    saved = launcher.SOURCE
-    launcher._cubin.cache_clear()
-    launcher._function.cache_clear()
-    launcher.SOURCE = pathlib.Path(source)
-    try:
-        _, function = launcher._function("bf16", arch, torch.cuda.current_device(), name)
-        err, regs = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, function)
-        return regs
-    finally:
-        launcher.SOURCE = saved
-        launcher._cubin.cache_clear()
-        launcher._function.cache_clear()
+    from convwgrad.plugins.wgrad_shifted_mma import launcher
+
+    function, regs = _build(pathlib.Path(source), name, arch)
+    takes_dilation = b"int DH, int DW" in pathlib.Path(source).read_bytes()
+    (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
+    ints = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0], problem.padding[1][0],
+            *(problem.dilation if takes_dilation else ()), launcher.images_per_split(problem, spec))
+    strides = (*x.stride(), *dy.stride())
+    types = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * len(ints) + (ctypes.c_longlong,) * 8
+    grid = (-(-problem.out_channels // launcher.WARPS), spec.split_k, 1)
+
+    def run():
+        stream = torch.cuda.current_stream().cuda_stream
+        args = ((x.data_ptr(), dy.data_ptr(), partials.data_ptr(), *ints, *strides), types)
+        (err,) = driver.cuLaunchKernel(function, *grid, 32 * launcher.WARPS, 1, 1, 0, stream, args, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{name}: cuLaunchKernel: {err}")
+        return partials
+
+    return run, regs
 
 
 def bench(old_source, only, layouts, arms):
@@ -67,14 +86,12 @@ def bench(old_source, only, layouts, arms):
     from convwgrad.provider import ConvProblem, reference_weight_grad, relative_error
     from step_bench import _eager_time_us, _graph_time_us
 
-    new_source = launcher.SOURCE
     arch = "".join(map(str, torch.cuda.get_device_capability()))  # the launcher's target.arch spelling
-    print(f"{torch.cuda.get_device_name()}; old {old_source} / new {new_source}; us graph replay / eager; "
-          f"registers old {_registers(launcher, old_source, 'wgrad_shifted_mma_kernel', arch)}, new 32x32 "
-          f"{_registers(launcher, new_source, 'wgrad_shifted_mma_kernel', arch)}, new 16x16 "
-          f"{_registers(launcher, new_source, 'wgrad_shifted_mma_t16_kernel', arch)}", flush=True)
+    sources = {"old": old_source, "new": str(launcher.SOURCE)}
+    print(f"{torch.cuda.get_device_name()}; stage 1 alone (the any-strides kernel), old {old_source} / new "
+          f"{launcher.SOURCE}; us graph replay / eager; registers a thread", flush=True)
     for layout in layouts:
-        for name, n, c, h, k in BENCH_LAYERS:
+        for name, n, c, h, k in BENCH_LAYERS[:8]:
             if only and name not in only:
                 continue
             problem = ConvProblem.build(batch=n, groups=c, in_channels=c, input_size=(h, h), filter_size=k,
@@ -84,16 +101,17 @@ def bench(old_source, only, layouts, arms):
             dy = torch.randn(n, c, h, h, device="cuda", generator=g).to(torch.bfloat16)
             if layout == "channels_last":
                 x, dy = x.to(memory_format=torch.channels_last), dy.to(memory_format=torch.channels_last)
-            plan = convwgrad.plan(problem, "cuda", family="wgrad_shifted_mma")
-            workspace = torch.empty(plan.workspace_nbytes, dtype=torch.uint8, device="cuda")
-            bound = {"old": _prepare_with_source(launcher, old_source, problem, plan.spec, plan.target, x, dy),
-                     "new": launcher.prepare(problem, plan.spec, plan.target, x, dy, None, cooperative_channels=0)}
+            spec = convwgrad.plan(problem, "cuda", family="wgrad_shifted_mma").spec
+            partials = torch.empty(spec.split_k, c, k, k, device="cuda", dtype=torch.float32)
             ref = reference_weight_grad(problem, x, dy, device=x.device) if n * c * h * h <= 2 ** 24 else None
             cells = []
-            for label in arms:
-                fn = lambda b=bound[label]: b.run(x, dy, None, workspace)  # noqa: E731
-                err = relative_error(fn(), ref) if ref is not None else float("nan")
-                cells.append(f"{label} ({bound[label].kernels[0]}) {_graph_time_us(fn):7.1f}/{_eager_time_us(fn):7.1f}"
+            for label in arms:  # the old source has one any-strides kernel (32 x 32); the new one picks by filter
+                kernel = "wgrad_shifted_mma_kernel" if label == "old" else launcher.stage1_kernel_name(problem)
+                run, regs = _stage1(sources[label], kernel, problem, spec, x, dy, partials, arch)
+                partials.fill_(float("nan"))
+                dw = run().sum(0).view(problem.weight_size).to(torch.bfloat16)
+                err = relative_error(dw, ref) if ref is not None else float("nan")
+                cells.append(f"{label} {kernel} ({regs} regs) {_graph_time_us(run):7.1f}/{_eager_time_us(run):7.1f}"
                              f" err {err:.1e}")
             print(f"{layout[:4]} {name:24s} " + " | ".join(cells), flush=True)
 
