@@ -78,7 +78,7 @@ def _stage1(source, name, problem, spec, x, dy, partials, arch):
     return run, regs
 
 
-def bench(old_source, only, layouts, arms):
+def bench(old_source, only, layouts, arms, extra_sources=()):
     import torch
 
     import convwgrad
@@ -87,7 +87,8 @@ def bench(old_source, only, layouts, arms):
     from step_bench import _eager_time_us, _graph_time_us
 
     arch = "".join(map(str, torch.cuda.get_device_capability()))  # the launcher's target.arch spelling
-    sources = {"old": old_source, "new": str(launcher.SOURCE)}
+    sources = {"old": old_source, "new": str(launcher.SOURCE), **dict(extra_sources)}
+    arms = arms or tuple(sources)
     print(f"{torch.cuda.get_device_name()}; stage 1 alone (the any-strides kernel), old {old_source} / new "
           f"{launcher.SOURCE}; us graph replay / eager; registers a thread", flush=True)
     for layout in layouts:
@@ -107,6 +108,8 @@ def bench(old_source, only, layouts, arms):
             cells = []
             for label in arms:  # the old source has one any-strides kernel (32 x 32); the new one picks by filter
                 kernel = "wgrad_shifted_mma_kernel" if label == "old" else launcher.stage1_kernel_name(problem)
+                if label not in ("old", "new") and kernel not in pathlib.Path(sources[label]).read_text():
+                    continue
                 run, regs = _stage1(sources[label], kernel, problem, spec, x, dy, partials, arch)
                 partials.fill_(float("nan"))
                 dw = run().sum(0).view(problem.weight_size).to(torch.bfloat16)
@@ -121,9 +124,12 @@ def main():
     ap.add_argument("--old", required=True, help="the older kernels.cu")
     ap.add_argument("--only", action="append", help="this layer only (repeatable)")
     ap.add_argument("--layouts", nargs="+", default=["contiguous"], choices=["contiguous", "channels_last"])
-    ap.add_argument("--arms", nargs="+", default=["old", "new"], choices=["old", "new"])
+    ap.add_argument("--source", action="append", default=[], metavar="LABEL=PATH",
+                    help="another kernels.cu (a variant of this one) timed as arm LABEL")
+    ap.add_argument("--arms", nargs="+", help="these arms only (default: old, new and every --source)")
     a = ap.parse_args()
-    bench(a.old, a.only, tuple(a.layouts), tuple(a.arms))
+    extra = [tuple(item.split("=", 1)) for item in a.source]
+    bench(a.old, a.only, tuple(a.layouts), tuple(a.arms or ()), extra)
     return 0
 
 

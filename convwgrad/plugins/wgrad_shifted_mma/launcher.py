@@ -61,7 +61,8 @@ def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
 
 #: Every kernel of the source (its build is checked for spills kernel by kernel).
 KERNEL_NAMES = tuple(_kernel_name(channels, small, dilated) for dilated in (False, True)
-                     for channels in (0, *COOPERATIVE_CHANNEL_COUNTS) for small in (False, True))
+                     for channels in (0, *COOPERATIVE_CHANNEL_COUNTS) for small in (False, True)
+                     if small or not dilated)   # dilated columns: the 16 x 16 tile only (the gate)
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
@@ -124,6 +125,10 @@ def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
         top = problem.padding[0][0]
         if top > MAX_TOP_PADDING:
             reasons.append(f"padding top={top}: at most {MAX_TOP_PADDING} (the ring of grad_output rows)")
+        if dw > 1 and max(fy, fx) > SMALL_TILE_FILTER:
+            reasons.append(f"dilation={tuple(problem.dilation)}, filter_size={tuple(problem.filter_size)}: a column "
+                           f"dilation above 1 runs on the 16 x 16 tap tile only, filters of at most "
+                           f"{SMALL_TILE_FILTER} a side (NVRTC's build of the 32 x 32 one spilled)")
         if dh * (fy - 1) > MAX_RING_SPAN:
             reasons.append(f"dilation={tuple(problem.dilation)}, filter_size={tuple(problem.filter_size)}: the "
                            f"filter spans {dh} x ({fy} - 1) = {dh * (fy - 1)} grad_output rows above a step's, at "

@@ -47,8 +47,8 @@ def bindings(monkeypatch):
     dict(batch=5, groups=9, in_channels=9, input_size=(9, 11), filter_size=(7, 3), padding=((3, 1), (0, 2))),
     dict(batch=4, groups=320, in_channels=320, input_size=(14, 14), filter_size=7, padding=6, dilation=2),
     dict(batch=4, groups=64, in_channels=64, input_size=(7, 7), filter_size=3, padding=5, dilation=5),
-    dict(batch=3, groups=8, in_channels=8, input_size=(40, 20), filter_size=(2, 17), padding=((31, 0), (16, 16)),
-         dilation=(31, 2)),   # the ring's limit: 31 rows above a step's
+    dict(batch=3, groups=8, in_channels=8, input_size=(40, 20), filter_size=(2, 17), padding=((31, 0), (8, 8)),
+         dilation=(31, 1)),   # the ring's limit: 31 rows above a step's (32 x 32 tile, undilated columns)
     dict(batch=2, groups=4, in_channels=4, input_size=(5, 64), filter_size=(3, 13), padding=((1, 1), (48, 48)),
          dilation=(1, 8)),    # the staged copy's limit: reads to column 64 + 8 x 12 = 160
 ], ids=["replknet-31", "odd-13", "k32-valid", "asym", "unirep-k7-d2", "unirep-k3-d5", "span-31", "row-reach-160"])
@@ -70,6 +70,8 @@ def test_admitted_with_every_split_holding_images(shape, dtype, layout, bindings
     # 17 rows of dilation 2 span 32 rows above a step's: the ring holds 31 and the next step's row
     (dict(filter_size=17, dilation=2, padding=16), "dilation=(2, 2), filter_size=(17, 17): the filter spans 2 x (17 "
                                                    "- 1) = 32 grad_output rows"),
+    (dict(input_size=(20, 40), filter_size=(3, 17), dilation=(1, 2), padding=((1, 1), (16, 16))),
+     "dilation=(1, 2), filter_size=(3, 17): a column dilation above 1 runs on the 16 x 16 tap tile only"),
     (dict(input_size=(8, 64), filter_size=(3, 15), dilation=(1, 7), padding=((1, 1), (49, 49))),
      "dilation=(1, 7), filter_size=(3, 15), output width 64: the row reads reach column 64 + 7 x (15 - 1) = 162"),
     (dict(filter_size=33, padding=16), "filter_size=(33, 33)"),
@@ -181,10 +183,14 @@ def test_cooperative_layout_admits_channels_last_vectors_only(channels):
 @pytest.mark.parametrize("dilation", [1, (2, 1), (1, 2), 3])
 @pytest.mark.parametrize("filter_size, small", [(13, True), (16, True), ((16, 3), True), (17, False), ((3, 17), False),
                                                 (31, False)])
-def test_stage1_kernel_by_filter_and_loads(filter_size, small, dilation):
+def test_stage1_kernel_by_filter_and_loads(filter_size, small, dilation, bindings):
     """Filters up to 16 a side take the 16 x 16 tap tile, larger ones 32 x 32; a column dilation above
     1 the _dilated_cols kernels; every name is a kernel of the source."""
     p = _problem(filter_size=filter_size, padding=45, dilation=dilation)   # padding: an output at every dilation
+    if p.dilation[1] > 1 and not small:   # dilated columns run on the 16 x 16 tile only: refused
+        with pytest.raises(NoCandidateError, match="16 x 16 tap tile only"):
+            convwgrad.plan(p, "sm_90", family=FAMILY)
+        return
     for channels in (0, *launcher.COOPERATIVE_CHANNEL_COUNTS):
         name = launcher.stage1_kernel_name(p, channels)
         assert name in launcher.KERNEL_NAMES and name.endswith("_t16_kernel") == small

@@ -54,8 +54,8 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), o
                                  padding=12, dilation=2),
     "asym-d3x4-c12": dict(batch=4, groups=12, in_channels=12, input_size=(11, 19), filter_size=(5, 3),
                           padding=((0, 7), (5, 2)), dilation=(3, 4)),   # no top padding, DH != DW, KH != KW
-    "span-31-d31x2-c8": dict(batch=3, groups=8, in_channels=8, input_size=(40, 20), filter_size=(2, 17),
-                             padding=((31, 0), (16, 16)), dilation=(31, 2)),   # the ring's limit, 32 x 32 tile
+    "span-31-d31x1-c8": dict(batch=3, groups=8, in_channels=8, input_size=(40, 20), filter_size=(2, 17),
+                             padding=((31, 0), (8, 8)), dilation=(31, 1)),   # the ring's limit, 32 x 32 tile
     "rows-d3-c6": dict(batch=3, groups=6, in_channels=6, input_size=(25, 30), filter_size=(9, 5),
                        padding=((12, 12), (2, 2)), dilation=(3, 1)),   # row dilation only: the DW = 1 kernels
     "row-reach-160-c4": dict(batch=2, groups=4, in_channels=4, input_size=(5, 64), filter_size=(3, 13),
