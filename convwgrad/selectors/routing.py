@@ -256,14 +256,39 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
             f"UniRepLKNet-T's 7x7 dilation-2 branches, and the N=128 model step faster with them routed")
 
 
+def _dilated_routed_off_cudnn(problem) -> bool:
+    """A dilated 2-D depthwise layer in a class the router takes from cuDNN by its multiply-adds (the
+    Triton shifted family's, DILATED_SHIFTED_FROM_MACS, or the merged family's, DILATED_MERGED_FROM_MACS):
+    below those bounds a patched layer's host time was measured to cost an eager step more than it saves."""
+    taps, macs = math.prod(problem.filter_size), problem.flops // 2
+    return macs >= (DILATED_SHIFTED_FROM_MACS if taps >= DILATED_SHIFTED_FROM_TAPS else DILATED_MERGED_FROM_MACS)
+
+
+#: Dilated filters (UniRepLKNet's branches) on the shifted-MMA family, in the classes the router already
+#: takes from cuDNN (_dilated_routed_off_cudnn), rows of >= SHIFTED_MMA_MIN_OUTPUT_WIDTH columns. H100, bf16,
+#: N=32, graph replay, same process (tools/proto_shifted_mma.py, notes/PERF.md "Session 14"), channels_last:
+#: 14x14 C320 7x7 d2 34.0 us (Triton shifted 41.9, cuDNN 234.5), 28x28 C160 3x3 d3 39.6 (shifted 62.0,
+#: cuDNN 221.6), 56x56 C80 3x3 d4 62.8 (merged 97.4, shifted 179.6, cuDNN 358.0); NCHW: 35.2 (cuDNN
+#: 197.0), 34.8 (59.0), 43.9 (123.4). It lost on the 7x7 C640 3x3 d5 branch (rows of 7: 34.1 against
+#: cuDNN's 26.0), which the width bound leaves out.
+SHIFTED_MMA_DILATED_MEASUREMENT = (
+    "H100, 2026-12-06: bf16 dilated depthwise filters (UniRepLKNet-T's 3x3 d3-d5 and 7x7 d2 branches) on rows "
+    f"of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} columns, in the classes taken from cuDNN by multiply-adds: 5.6-6.9x "
+    "cuDNN channels_last and 1.23-2.86x the Triton shifted and merged families (channels_last), 1.7-5.6x torch's "
+    "NCHW path")
+
+
 def _shifted_mma_measured_faster(problem) -> str | None:
     """The class the shifted-MMA family was measured faster on (bf16, a layout of SHIFTED_MMA_MEASURED,
-    undilated stride-1 depthwise 2-D filters of at least that layout's taps and output rows of >= 14
-    columns): its measurement, or None."""
+    stride-1 depthwise 2-D filters, output rows of >= 14 columns; undilated: at least that layout's
+    taps; dilated: the classes routed off cuDNN, SHIFTED_MMA_DILATED_MEASUREMENT): its measurement, or None."""
     if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
-            or problem.layout not in SHIFTED_MMA_MEASURED or any(d != 1 for d in problem.dilation)
-            or any(s != 1 for s in problem.stride)):
+            or problem.layout not in SHIFTED_MMA_MEASURED or any(s != 1 for s in problem.stride)):
         return None  # fp16 runs the same kernel but was not timed; the rest it refuses or was not measured on
+    if any(d != 1 for d in problem.dilation):
+        if problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH or not _dilated_routed_off_cudnn(problem):
+            return None
+        return SHIFTED_MMA_DILATED_MEASUREMENT
     from_taps, measurement = SHIFTED_MMA_MEASURED[problem.layout]
     if math.prod(problem.filter_size) < from_taps or problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
         return None

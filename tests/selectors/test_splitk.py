@@ -165,6 +165,21 @@ def test_routing_rules_fire_and_say_so():
     assert pinned.family == "wgrad_merged"
 
 
+@pytest.fixture(autouse=True)
+def _without_the_shifted_mma_family(monkeypatch):
+    """These rules are the Triton families' and cuDNN's: the shifted-MMA family (CUDA C++, admitted only where
+    cuda-bindings is installed, as on the GPU machine) takes some of their layers there, and its class is
+    tests/plugins/wgrad_shifted_mma/test_shifted_mma_gate.py's. Refused here as on CI."""
+    from convwgrad.plugins.wgrad_shifted_mma import launcher
+    from convwgrad.provider.plan import clear_plan_cache
+
+    monkeypatch.setattr(launcher, "_bindings", lambda: (None, "cuda-bindings left out by this test module"))
+    clear_plan_cache()
+    yield
+    monkeypatch.undo()
+    clear_plan_cache()
+
+
 def unireplknet_dilated(batch, size, channels, k, dilation, dtype="bf16", layout="channels_last"):
     return ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(size, size),
                              filter_size=k, padding=dilation * (k // 2), dilation=dilation, dtype=dtype, layout=layout)

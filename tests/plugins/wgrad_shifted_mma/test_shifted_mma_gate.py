@@ -125,6 +125,35 @@ def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     assert bool(routing._shifted_mma_measured_faster(p)) == routed
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("batch, size, channels, k, dilation, routed", [
+    (32, 56, 80, 3, 4, True),      # 7.2e7 multiply-adds: merged's class; 62.8 us against merged's 97.4 (CL)
+    (128, 28, 160, 3, 3, True),    # 1.4e8: merged's class
+    (128, 14, 320, 7, 2, True),    # 3.9e8: the Triton shifted family's class; 34.0 us against 41.9 (N=32, CL)
+    (32, 28, 160, 3, 3, False),    # 3.6e7: below the bound, cuDNN's (a patched layer's host time)
+    (32, 14, 320, 7, 2, False),    # 9.8e7 of 49 taps: below the shifted class's bound
+    (128, 7, 640, 3, 5, False),    # rows of 7: lost to cuDNN (34.1 us against 26.0) and below the bound
+    (512, 7, 640, 3, 5, False),    # rows of 7, above the bound: still not routed
+])
+def test_dilated_routed_on_the_classes_taken_from_cudnn_with_rows_of_14(batch, size, channels, k, dilation, routed,
+                                                                        layout, bindings):
+    p = ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(size, size), filter_size=k,
+                          padding=dilation * (k // 2), dilation=dilation, dtype="bf16", layout=layout)
+    chosen = convwgrad.plan(p, "sm_90")
+    assert (chosen.family == FAMILY) == routed, (chosen.family, chosen.rule)
+    assert (routing._shifted_mma_measured_faster(p) == routing.SHIFTED_MMA_DILATED_MEASUREMENT) == routed
+    if routed:
+        assert "dilated depthwise" in chosen.rule and "H100" in chosen.rule
+        for other in (attrs_evolve(p, dtype="fp16"), attrs_evolve(p, stride=(2, 2))):
+            assert convwgrad.plan(other, "sm_90").family != FAMILY, other.describe()
+
+
+def attrs_evolve(problem, **changes):
+    import attrs
+
+    return attrs.evolve(problem, **changes)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the GPU run builds with NVRTC)")
 @pytest.mark.parametrize("defines", [[], ["-DELEM_IS_FP16"]], ids=["bf16", "fp16"])
 def test_source_builds_for_sm90_without_spills(tmp_path, defines):
