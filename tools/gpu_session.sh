@@ -63,6 +63,7 @@
 #   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
 #            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
 #   mmatests  the shifted-MMA family's GPU tests alone
+#   heldout  the 50 never-swept random shapes swept and scored against the oracle (HELDOUT_S seconds)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
 #   regnetnchw  RegNetY-016 128 NCHW eager steps, 5 rounds, A/A arm (session 12 read 0.985x)
@@ -302,6 +303,12 @@ PY
       timeout ${MMASTEPS_LIMIT_S:-300} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
         --layouts ${MMA_LAYOUTS:-channels_last,contiguous} --same-model --with-control --rounds 3 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | grep -E "^replknet|^model|host ms" ;;
+    heldout)
+      # issues 10 and 11's "done when": the 50 random shapes never swept (rows rand-050..rand-099), every family
+      # verified and timed, then `convwgrad score` of the router against the oracle (tools/gpu_sweep.sh)
+      mkdir -p build && head -1 shapes/depthwise_random.csv > build/heldout.csv \
+        && tail -n 50 shapes/depthwise_random.csv >> build/heldout.csv
+      bash tools/gpu_sweep.sh ${HELDOUT_S:-480} build/heldout.csv=heldout_${HELDOUT_TAG:-gpu}.csv 2>&1 | tail -40 ;;
     hostpaired)
       # issue 9's host target by the paired method: ways interleaved in rounds, thread CPU time a call
       timeout ${HOSTPAIRED_LIMIT_S:-150} python3 tools/host_overhead.py --paired --rounds ${HOSTPAIRED_ROUNDS:-60} \
