@@ -118,30 +118,38 @@ def paired_per_call(ways, rounds, block):
     return row
 
 
-def layer_ways(name, layer):
-    x, weight, dy, stride, padding, dilation = tensors(*layer)
+def base_ways(x, weight, dy, stride, padding, dilation):
+    """The ways every method times: aten's dW call as autograd makes it, conv*d_weight and the op."""
     groups, rank = x.shape[1], x.dim() - 2
     nd_weight = {1: convwgrad.conv1d_weight, 2: convwgrad.conv2d_weight}[rank]
-    from convwgrad.provider.dispatch import _prepare_conv_weight
-
-    prepared, _ = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, groups, False)
-    workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device="cuda")
-                 if prepared.workspace_nbytes else None)
-    ways = {
+    return {
         "aten": lambda: torch.ops.aten.convolution_backward.default(
             dy, x, weight, None, stride, padding, dilation, False, [0] * rank, groups, [False, True, False]),
-        "bound": lambda: prepared.run(x, dy, None, workspace),
         "conv2d_weight": lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, groups),
         "op": lambda: torch.ops.convwgrad.conv_weight.default(x, dy, list(weight.shape), stride, padding,
                                                               dilation, groups),
     }
+
+
+def layer_ways(layer):
+    """The paired method's ways of one layer (the bound launch with a workspace allocated once), and the
+    family its prepared call runs."""
+    x, weight, dy, stride, padding, dilation = tensors(*layer)
+    from convwgrad.provider.dispatch import _prepare_conv_weight
+
+    prepared, _ = _prepare_conv_weight(x, weight.shape, dy, stride, padding, dilation, x.shape[1], False)
+    workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device="cuda")
+                 if prepared.workspace_nbytes else None)
+    ways = base_ways(x, weight, dy, stride, padding, dilation)
+    ways = {"aten": ways["aten"], "bound": lambda: prepared.run(x, dy, None, workspace),
+            "conv2d_weight": ways["conv2d_weight"], "op": ways["op"]}
     return ways, prepared.family
 
 
 def measure_paired(rounds, block):
     rows = []
     for name, layer in LAYERS.items():
-        ways, family = layer_ways(name, layer)
+        ways, family = layer_ways(layer)
         row = {"layer": name, "family": family}
         row.update(paired_per_call(ways, rounds, block))
         rows.append(row)
@@ -170,16 +178,9 @@ def measure(calls):
     for name, layer in LAYERS.items():
         x, weight, dy, stride, padding, dilation = tensors(*layer)
         groups, rank = x.shape[1], x.dim() - 2
-        nd_weight = {1: convwgrad.conv1d_weight, 2: convwgrad.conv2d_weight}[rank]
         problem = convwgrad.ConvProblem.from_tensors(x, weight.shape, dy, stride, padding, dilation, groups)
-        ways = {
-            "aten": lambda: torch.ops.aten.convolution_backward.default(
-                dy, x, weight, None, stride, padding, dilation, False, [0] * rank, groups, [False, True, False]),
-            "conv2d_weight": lambda: nd_weight(x, weight.shape, dy, stride, padding, dilation, groups),
-            "dispatch": lambda: convwgrad.dispatch_conv_grouped(problem, x, dy),
-            "op": lambda: torch.ops.convwgrad.conv_weight.default(x, dy, list(weight.shape), stride, padding,
-                                                                  dilation, groups),
-        }
+        ways = base_ways(x, weight, dy, stride, padding, dilation)
+        ways["dispatch"] = lambda: convwgrad.dispatch_conv_grouped(problem, x, dy)
         try:  # the prepared call's launch alone (this version's warm path has one)
             from convwgrad.provider.dispatch import _prepare_conv_weight
 

@@ -210,7 +210,7 @@ def _small_dilated_measured_for_merged(problem) -> bool:
     return (problem.spatial_dims == 2 and any(d > 1 for d in problem.dilation) and problem.cpg == 1
             and problem.dtype == "bf16"
             and problem.layout == "channels_last" and math.prod(problem.filter_size) < DILATED_SHIFTED_FROM_TAPS
-            and problem.flops // 2 >= DILATED_MERGED_FROM_MACS)
+            and _dilated_routed_off_cudnn(problem))
 
 
 def _relayout_measured_faster(problem) -> str | None:
@@ -249,7 +249,7 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
                 f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
     if taps < DILATED_SHIFTED_FROM_TAPS or problem.dtype != "bf16" or problem.layout != "channels_last":
         return None  # measured on UniRepLKNet-T's 7x7 d2 branches, bf16 channels_last, only
-    if problem.flops // 2 < DILATED_SHIFTED_FROM_MACS:
+    if not _dilated_routed_off_cudnn(problem):
         return None  # smaller dilated layers: the host time a patched layer adds can cost more than it saves
     return (f"H200, 2026-12-03: dilated 2-D depthwise filters of >= {DILATED_SHIFTED_FROM_TAPS} taps and >= "
             f"{DILATED_SHIFTED_FROM_MACS:.1e} multiply-adds, bf16 channels_last: 5.4-6.2x cuDNN and ~2x merged on "

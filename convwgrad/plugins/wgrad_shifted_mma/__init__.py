@@ -15,11 +15,12 @@ Admitted: 2-D depthwise, stride 1, filters up to 32 x 32, rows up to 64 wide, di
 ring and the staged row hold the dilated filter (DH x (KH - 1) <= 31, OW rounded up to 16 +
 DW x (KW - 1) <= 160), bf16 and fp16, operands of any strides (NCHW, channels_last and views are
 read in place), CUDA sm_80+ with cuda-bindings (NVRTC and the driver API). Everything else is
-refused with its reason (stride and wider rows are not written yet). Dilated layers are admitted
-but not routed here: no GPU timing of them yet.
+refused with its reason (stride and wider rows are not written yet).
 
 Routing: opt-in (``selectors.routing.OPT_IN_FAMILIES``); the router gives it the class it was
-measured faster on, per layout (``routing.SHIFTED_MMA_MEASURED``: NCHW from 13x13, channels_last from 27x27).
+measured faster on, per layout (``routing.SHIFTED_MMA_MEASURED``: NCHW from 13x13, channels_last from 27x27),
+and the dilated layers the router takes from cuDNN by multiply-adds on rows of >= 14 columns
+(``routing.SHIFTED_MMA_DILATED_MEASUREMENT``).
 """
 
 from __future__ import annotations
