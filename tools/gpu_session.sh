@@ -63,6 +63,7 @@
 #   mmacl    the shifted-MMA family in channels_last (read in place): GPU tests, layer bench in both layouts
 #            (in place beside a copy to NCHW), RepLKNet-31B CL same-model steps with its large layers routed to it
 #   mmatests  the shifted-MMA family's GPU tests alone
+#   smallmma  issue 10: the shifted-MMA family on small filters (rows >= 14) beside torch's NCHW path and cuDNN CL
 #   heldout  the 50 never-swept random shapes swept and scored against the oracle (HELDOUT_S seconds)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
@@ -90,7 +91,7 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (session 15: `mmatests` on the mma-1d branch merged, `oldnew` with its ncu arms (the 27x27 regression), `heldout`; `unirep3`
+# (session 15: `mmatests` on the mma-1d branch merged, `oldnew` with its ncu arms (the 27x27 regression), `heldout`, `smallmma`; `unirep3`
 #  once the patched layer's host cost moves; session 11: `tests`, then `compiledsteps`, then `graphsteps` (reduce-overhead still gains?); session 10: `verify10 hostparts`; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
 #  fp16 / fp32 and nine layers beside cuDNN), then `stagedsteps`, ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
@@ -309,6 +310,12 @@ PY
       mkdir -p build && head -1 shapes/depthwise_random.csv > build/heldout.csv \
         && tail -n 50 shapes/depthwise_random.csv >> build/heldout.csv
       bash tools/gpu_sweep.sh ${HELDOUT_S:-480} build/heldout.csv=heldout_${HELDOUT_TAG:-gpu}.csv 2>&1 | tail -40 ;;
+    smallmma)
+      # issue 10: the shifted-MMA family's 16 x 16 tile on small filters (rows >= 14) beside torch's NCHW path,
+      # cuDNN channels_last and the router's choice (tools/proto_shifted_mma.py SMALL_FILTER_LAYERS)
+      timeout ${SMALLMMA_LIMIT_S:-150} python3 tools/proto_shifted_mma.py --layouts contiguous channels_last \
+        $(python3 -c "import sys; sys.path.insert(0, 'tools'); import proto_shifted_mma as p; print(' '.join('--only ' + l[0] for l in p.SMALL_FILTER_LAYERS))") \
+        --json "$OUT/proto_small.json" 2>&1 | grep -v -i warn | tee "$OUT/proto_small.txt" ;;
     hostpaired)
       # issue 9's host target by the paired method: ways interleaved in rounds, thread CPU time a call
       timeout ${HOSTPAIRED_LIMIT_S:-150} python3 tools/host_overhead.py --paired --rounds ${HOSTPAIRED_ROUNDS:-60} \

@@ -31,6 +31,15 @@ BENCH_LAYERS = [  # (name, N, C, H, k[, dilation]): RepLKNet-31B's large filters
     ("unirep-28-c160-k3-d3", 32, 160, 28, 3, 3), ("unirep-56-c80-k3-d4", 32, 80, 56, 3, 4),
 ]
 
+#: Issue 10's small filters on rows of >= 14 columns (ConvNeXt-T N=64 7x7, EfficientNet-B0 and MobileNetV2 N=128),
+#: timed only where --only names them: does the 16 x 16 tap tile beat torch's NCHW path and the aten
+#: channels_last family (NCHW copied for cuDNN) there? Not measured yet (session 14 wrote the list).
+SMALL_FILTER_LAYERS = [
+    ("convnext-56-c96-k7-n64", 64, 96, 56, 7), ("convnext-28-c192-k7-n64", 64, 192, 28, 7),
+    ("convnext-14-c384-k7-n64", 64, 384, 14, 7), ("effb0-28-c240-k5-n128", 128, 240, 28, 5),
+    ("effb0-14-c672-k5-n128", 128, 672, 14, 5), ("mbv2-56-c144-k3-n128", 128, 144, 56, 3),
+]
+
 
 def bench(json_path, only=None, layouts=("contiguous",)):
     import torch
@@ -40,7 +49,7 @@ def bench(json_path, only=None, layouts=("contiguous",)):
           f"mma_any / mma_cl4: the family's prepared call with its kernel for any strides / the "
           f"cooperative channels_last kernel (4 channels a vector load)")
     for layout in layouts:
-        for name, n, c, h, k, *dilation in BENCH_LAYERS:
+        for name, n, c, h, k, *dilation in BENCH_LAYERS + [l for l in SMALL_FILTER_LAYERS if only and l[0] in only]:
             if only and name not in only:
                 continue
             rows.append(_bench_layer(layout, name, n, c, h, k, *dilation))
