@@ -98,6 +98,11 @@ set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVWGRAD_GENERATED_DIR=${TMPDIR:-/tmp}/convwgrad_generated  # not under $OUT: one file a kernel
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
+# the shifted-MMA family's GPU tests, limited to $1 seconds (several parts run them first)
+mma_tests() {
+  OMP_NUM_THREADS=4 timeout "$1" python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
+    -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+}
 for part in "$@"; do
   start=$SECONDS
   case $part in
@@ -261,8 +266,7 @@ PY
     shiftedmma)
       # issue 11's shifted-MMA family (CUDA C++ by NVRTC): its GPU tests, the layer bench beside cuDNN and the
       # Triton shifted family, and RepLKNet-31B NCHW steps with the router's choice (its large layers go to it)
-      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
-        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      mma_tests 150
       timeout 120 python3 tools/proto_shifted_mma.py --json "$OUT/shifted_mma.json" 2>&1 | grep -v -i warn \
         | tee "$OUT/shifted_mma.txt"
       timeout ${MMASTEPS_LIMIT_S:-200} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} --layouts contiguous \
@@ -272,8 +276,7 @@ PY
       # session 12: the shifted-MMA kernel reading channels_last operands in place: its GPU tests (both layouts),
       # the layer bench (in place beside copying to NCHW first, cuDNN, the Triton shifted family), and
       # RepLKNet-31B channels_last steps with its large layers given to the family (route experiment)
-      OMP_NUM_THREADS=4 timeout 120 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
-        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      mma_tests 120
       timeout 130 python3 tools/proto_shifted_mma.py --layouts channels_last contiguous --json "$OUT/shifted_mma_cl.json" \
         2>&1 | grep -v -i warn | tee "$OUT/shifted_mma_cl.txt"
       timeout ${MMASTEPS_LIMIT_S:-180} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
@@ -281,8 +284,7 @@ PY
         --plugin tools/route_experiments.py:large_channels_last_to_shifted_mma --json "$OUT/steps_mma_cl.json" 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_cl.txt" | tail -8 ;;
     coopcl)
-      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
-        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      mma_tests 150
       timeout 150 python3 tools/proto_shifted_mma.py --layouts channels_last contiguous --json "$OUT/shifted_mma_coop.json" \
         2>&1 | grep -v -i warn | tee "$OUT/shifted_mma_coop.txt"
       for kernel in wgrad_shifted_mma_kernel wgrad_shifted_mma_cl4_kernel; do
@@ -296,11 +298,9 @@ PY
         --layouts channels_last --same-model --with-control --rounds 3 --layers --json "$OUT/steps_mma_coop.json" 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | tail -30 ;;
     mmatests)
-      OMP_NUM_THREADS=4 timeout ${MMATESTS_LIMIT_S:-150} python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q \
-        -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20 ;;
+      mma_tests ${MMATESTS_LIMIT_S:-150} ;;
     coopsteps)
-      OMP_NUM_THREADS=4 timeout 150 python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q -p no:cacheprovider \
-        -n 4 2>&1 | tee "$OUT/pytest_shifted_mma.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      mma_tests 150
       timeout ${MMASTEPS_LIMIT_S:-300} python3 tools/step_bench.py --models ${MMA_MODELS:-replknet31b:16} \
         --layouts ${MMA_LAYOUTS:-channels_last,contiguous} --same-model --with-control --rounds 3 2>&1 \
         | grep -v -i warn | tee "$OUT/steps_mma_coop.txt" | grep -E "^replknet|^model|host ms" ;;

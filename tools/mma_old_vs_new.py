@@ -25,18 +25,12 @@ from proto_shifted_mma import BENCH_LAYERS  # noqa: E402  (tools/ is the script'
 
 
 def _build(source: pathlib.Path, name: str, arch: str):
-    """Kernel ``name`` of ``source`` (bf16) built by NVRTC and loaded: (function, registers)."""
-    from cuda.bindings import driver, nvrtc
+    """Kernel ``name`` of ``source`` (bf16) built by the launcher's NVRTC build and loaded: (function, registers)."""
+    from cuda.bindings import driver
 
-    err, program = nvrtc.nvrtcCreateProgram(source.read_bytes(), b"kernels.cu", 0, [], [])
-    options = [f"--gpu-architecture=sm_{arch}".encode()]
-    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"NVRTC could not build {source}: {err}")
-    _, size = nvrtc.nvrtcGetCUBINSize(program)
-    cubin = b" " * size
-    nvrtc.nvrtcGetCUBIN(program, cubin)
-    err, module = driver.cuModuleLoadData(cubin)
+    from convwgrad.plugins.wgrad_shifted_mma import launcher
+
+    err, module = driver.cuModuleLoadData(launcher.build_cubin(source.read_bytes(), "bf16", arch, source.name))
     err, function = driver.cuModuleGetFunction(module, name.encode())
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuModuleGetFunction({name}) of {source}: {err}")
@@ -65,7 +59,7 @@ def _stage1(source, name, problem, spec, x, dy, partials, arch):
             *(problem.dilation if takes_dilation else ()), launcher.images_per_split(problem, spec))
     strides = (*x.stride(), *dy.stride())
     types = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * len(ints) + (ctypes.c_longlong,) * 8
-    grid = (-(-problem.out_channels // launcher.WARPS), spec.split_k, 1)
+    grid = launcher.grids(problem, spec)[0]
 
     def run():
         stream = torch.cuda.current_stream().cuda_stream

@@ -178,15 +178,21 @@ def workspace_nbytes(problem: ConvProblem, spec: KernelSpec) -> int:
 
 @functools.cache
 def _cubin(dtype: str, arch: str) -> bytes:
+    return build_cubin(SOURCE.read_bytes(), dtype, arch, SOURCE.name)
+
+
+def build_cubin(source: bytes, dtype: str, arch: str, name: str = "kernels.cu") -> bytes:
+    """``source`` built by NVRTC for sm_``arch`` with ``dtype``'s defines (uncached: tools build older
+    sources of the family with it)."""
     (driver, nvrtc), _ = _bindings()
-    err, program = nvrtc.nvrtcCreateProgram(SOURCE.read_bytes(), b"kernels.cu", 0, [], [])
+    err, program = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
     options = [f"--gpu-architecture=sm_{arch}".encode(), *(d.encode() for d in DTYPES[dtype])]
     (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         _, size = nvrtc.nvrtcGetProgramLogSize(program)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(program, log)
-        raise RuntimeError(f"NVRTC could not build {SOURCE.name} for sm_{arch}: {log.rstrip(bytes(1)).decode()}")
+        raise RuntimeError(f"NVRTC could not build {name} for sm_{arch}: {log.rstrip(bytes(1)).decode()}")
     _, size = nvrtc.nvrtcGetCUBINSize(program)
     cubin = b" " * size
     nvrtc.nvrtcGetCUBIN(program, cubin)

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 
+import attrs
 import pytest
 
 import convwgrad
@@ -144,14 +145,8 @@ def test_dilated_routed_on_the_classes_taken_from_cudnn_with_rows_of_14(batch, s
     assert (routing._shifted_mma_measured_faster(p) == routing.SHIFTED_MMA_DILATED_MEASUREMENT) == routed
     if routed:
         assert "dilated depthwise" in chosen.rule and "H100" in chosen.rule
-        for other in (attrs_evolve(p, dtype="fp16"), attrs_evolve(p, stride=(2, 2))):
+        for other in (attrs.evolve(p, dtype="fp16"), attrs.evolve(p, stride=(2, 2))):
             assert convwgrad.plan(other, "sm_90").family != FAMILY, other.describe()
-
-
-def attrs_evolve(problem, **changes):
-    import attrs
-
-    return attrs.evolve(problem, **changes)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the GPU run builds with NVRTC)")
