@@ -11,6 +11,15 @@ if not HAS_GPU:
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def native_warm_path():
+    """The native warm path loaded before the first test (its build starts on first use otherwise,
+    and would load midway through the run): every test then sees what a user's warm process does."""
+    from convwgrad.provider import native
+
+    return native.load()
+
+
 @pytest.fixture
 def no_tf32():
     """fp32 checks at 1e-5 need TF32 off, as torch's own fp32 convolutions would."""

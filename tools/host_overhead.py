@@ -114,7 +114,9 @@ def paired_per_call(ways, rounds, block):
     row = {}
     for way in ways:
         over = [a - b for a, b in zip(cpu[way], cpu["aten"])]
-        row[way] = (statistics.median(cpu[way]), statistics.median(wall[way]), statistics.median(over))
+        over_bound = [a - b for a, b in zip(cpu[way], cpu.get("bound", cpu["aten"]))]
+        row[way] = (statistics.median(cpu[way]), statistics.median(wall[way]), statistics.median(over),
+                    statistics.median(over_bound))
     return row
 
 
@@ -142,8 +144,24 @@ def layer_ways(layer):
                  if prepared.workspace_nbytes else None)
     ways = base_ways(x, weight, dy, stride, padding, dilation)
     ways = {"aten": ways["aten"], "bound": lambda: prepared.run(x, dy, None, workspace),
-            "conv2d_weight": ways["conv2d_weight"], "op": ways["op"]}
+            "conv2d_weight": ways["conv2d_weight"], "op": ways["op"],
+            "conv2d_weight_py": python_warm_path(ways["conv2d_weight"]), "op_py": python_warm_path(ways["op"])}
     return ways, prepared.family
+
+
+def python_warm_path(fn):
+    """``fn`` with the native warm path set aside for the call (two attribute writes, ~0.1 us): the
+    Python warm path that sessions 5-14 measured, beside the native one in the same rounds."""
+    from convwgrad.provider import native
+
+    def call():
+        kept, native.call = native.call, None
+        try:
+            fn()
+        finally:
+            native.call = kept
+
+    return call
 
 
 def measure_paired(rounds, block):
@@ -157,17 +175,24 @@ def measure_paired(rounds, block):
 
 
 def print_paired(rows, rounds, block):
+    from convwgrad.provider import native
+
+    print(f"native warm path: {native.status()}")
     print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; paired method: {rounds} rounds of "
           f"{block} calls a way, thread-CPU us a call (wall us a call, block synchronised); "
           "over aten = median of same-round differences in thread CPU")
-    ways = ("aten", "bound", "conv2d_weight", "op")
+    ways = ("aten", "bound", "conv2d_weight", "conv2d_weight_py", "op", "op_py")
     print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>16}" for w in ways)
-          + "   over aten: bound / conv2d_weight / op;  conv2d_weight over bound")
+          + "   over aten: bound / conv2d_weight / conv2d_weight_py / op / op_py;  conv2d_weight, _py over bound")
     for r in rows:
         cells = " ".join(f"{r[w][0]:>6.1f} ({r[w][1]:>6.1f})" for w in ways)
-        print(f"{r['layer']:<24} {r['family']:<13} {cells}   {r['bound'][2]:+6.1f} / {r['conv2d_weight'][2]:+6.1f} / "
-              f"{r['op'][2]:+6.1f};  {r['conv2d_weight'][0] - r['bound'][0]:+6.1f}")
-    for way in ("conv2d_weight", "op"):
+        overs = " / ".join(f"{r[w][2]:+6.1f}" for w in ("bound", "conv2d_weight", "conv2d_weight_py", "op", "op_py"))
+        print(f"{r['layer']:<24} {r['family']:<13} {cells}   {overs};  "
+              f"{r['conv2d_weight'][3]:+6.1f}, {r['conv2d_weight_py'][3]:+6.1f}")
+    for way in ("conv2d_weight", "conv2d_weight_py", "op", "op_py"):
+        overs = sorted(r[way][3] for r in rows)
+        print(f"{way} over the bound launch, thread CPU, across layers: median {statistics.median(overs):+.1f} us, "
+              f"range {overs[0]:+.1f} to {overs[-1]:+.1f}")
         overs = sorted(r[way][2] for r in rows)
         print(f"{way} over aten, thread CPU, across layers: median {statistics.median(overs):+.1f} us, "
               f"range {overs[0]:+.1f} to {overs[-1]:+.1f}")
@@ -258,6 +283,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=100, help="--paired: rounds")
     parser.add_argument("--block", type=int, default=20, help="--paired: calls a way and round")
     args = parser.parse_args(argv)
+    from convwgrad.provider import native
+
+    native.load()  # built and loaded before anything is timed (a first call would start it in the background)
     if args.paired:
         rows = measure_paired(args.rounds, args.block)
         print_paired(rows, args.rounds, args.block)

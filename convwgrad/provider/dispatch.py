@@ -21,6 +21,7 @@ import weakref
 import attrs
 import torch
 
+from . import native as _native
 from .diagnostics import warn_at_caller
 from .layout import current_cuda_device, layout_of, to_layout
 from .manager import get_plugin_manager
@@ -171,10 +172,10 @@ class _PreparedCall:
     """One call signature's bound launch: run it, allocate what it needs, record it."""
 
     __slots__ = ("run", "kernels", "kernel_name", "family", "workspace_nbytes", "device", "serialise", "adapt",
-                 "problem")
+                 "problem", "aten_call")
 
     def __init__(self, run, kernels, kernel_name, family, workspace_nbytes=0, device=None, serialise=False,
-                 adapt=None, problem=None):
+                 adapt=None, problem=None, aten_call=None):
         self.run = run  # (input, grad_output, out, workspace) -> dW
         self.kernels = kernels  # a tuple, or a list the run updates
         self.kernel_name = kernel_name
@@ -184,6 +185,8 @@ class _PreparedCall:
         self.serialise = serialise
         self.adapt = adapt  # (input, grad_output) -> the pair the launch was bound to, or None
         self.problem = problem
+        #: BoundLaunch.aten_call where the whole call is that aten dW (no adapt, no workspace), else None
+        self.aten_call = aten_call if adapt is None and not workspace_nbytes else None
 
     def __call__(self, input, grad_output, out=None, workspace=None, keep_workspace=True):
         if self.adapt is not None:
@@ -228,10 +231,13 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
                                              grad_output=grad_output, out=out)
     if bound is None:
         run, kernels = _launch_hook_binding(pm, problem, plan)
+        aten_call = None
     else:
         run, kernels = bound.run, bound.kernels  # a list the run updates stays live: recorded per call
+        aten_call = getattr(bound, "aten_call", None)
     return _PreparedCall(run, kernels, plan.kernel_name, plan.family, plan.workspace_nbytes, input.device,
-                         serialise=plan.target.backend == "interpreter", adapt=adapt, problem=problem)
+                         serialise=plan.target.backend == "interpreter", adapt=adapt, problem=problem,
+                         aten_call=aten_call)
 
 
 def _planning_context() -> tuple:
@@ -309,6 +315,18 @@ def cached_for_planning(key, compute):
 def clear_prepared_calls() -> None:
     """Forget every prepared call (tests; plan()'s own cache is :func:`clear_plan_cache`)."""
     _prepared.clear()
+    _native.clear()
+
+
+def _configure_native(module) -> None:
+    """Point the native warm path at what :func:`_planning_context` reads: the process-wide manager
+    and its pluggy plugin table (as :func:`_plugin_set`), plan()'s epoch, the planning environment,
+    and the capture query; torch's cuDNN TF32 switch it reads itself."""
+    module.configure(get_plugin_manager.__globals__, "_current", "_name2plugin", planning_epoch.__globals__, "_epoch",
+                     PLANNING_ENVIRONMENT, _cuda_capturing, PREPARED_CALLS_SIZE)
+
+
+_native._configure = _configure_native
 
 
 def planning_generation() -> int:
@@ -554,13 +572,23 @@ def conv_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1
     """
     if not is_enabled():
         return torch_weight_grad(input, weight_size, grad_output, stride, padding, dilation, groups)
+    native_call = _native.call
+    if native_call is not None and not _recorders:  # an open log: the Python path records the call
+        grad_weight = native_call(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
+                                  keep_workspace)
+        if grad_weight is not None:
+            return grad_weight
     key = _conv_weight_key(input, weight_size, grad_output, stride, padding, dilation, groups, match_layouts)
-    prepared = None if key is None else _lookup(key, _capturing(key[0][3]), input, grad_output)
+    capturing = key is not None and _capturing(key[0][3])
+    prepared = None if key is None else _lookup(key, capturing, input, grad_output)
     if prepared is None:
         prepared, graph_route = _prepare_conv_weight(input, weight_size, grad_output, stride, padding, dilation,
                                                      groups, match_layouts)
         if key is not None:
             _keep_with_graph_route(key, prepared, graph_route, input.device)
+    if key is not None and not capturing:  # the eager call, for the native warm path's next lookup
+        _native.keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts, prepared,
+                     prepared.aten_call)
     return prepared(input, grad_output, None, None, keep_workspace)
 
 

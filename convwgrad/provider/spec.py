@@ -160,3 +160,7 @@ class BoundLaunch:
     run: object
     #: the kernels ``run`` launches, by name (what :func:`convwgrad.record_launches` reports)
     kernels: tuple
+    #: where ``run`` is exactly torch's dW in one ``aten.convolution_backward`` call (a zero-stride
+    #: weight stand-in, no graph, a contiguous result; ``blocks/aten.py``): its (weight_size, stride,
+    #: padding, dilation, groups), symmetric padding. The native warm path then makes that call itself.
+    aten_call: tuple | None = None

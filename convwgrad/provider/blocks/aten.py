@@ -25,7 +25,9 @@ def whole_call_reasons(problem, spec) -> list[str]:
 
 def bind_whole_call(weight_grad, kernels) -> BoundLaunch:
     """``weight_grad(x, dy) -> dW`` as a bound launch: dW returned as torch computed it (no copy)
-    when it is contiguous, else a contiguous copy; written into ``out`` when one is given."""
+    when it is contiguous, else a contiguous copy; written into ``out`` when one is given. Where
+    ``weight_grad`` is :func:`~convwgrad.provider.reference.aten_weight_grad_call`'s one aten call,
+    the launch says so (``aten_call``), and the native warm path makes that call itself."""
 
     def run(x, dy, out, workspace):
         if x.requires_grad or dy.requires_grad:  # a plain dW, as the Triton families give: no graph
@@ -38,4 +40,4 @@ def bind_whole_call(weight_grad, kernels) -> BoundLaunch:
                 return out.copy_(dw)
         return out.copy_(dw)
 
-    return BoundLaunch(run=run, kernels=kernels)
+    return BoundLaunch(run=run, kernels=kernels, aten_call=getattr(weight_grad, "aten_call", None))

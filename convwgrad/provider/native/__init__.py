@@ -1,0 +1,150 @@
+"""The native warm path: conv_weight's call signature -> prepared call, looked up in C++.
+
+``warm_path.cpp`` beside this file mirrors the Python warm path of :mod:`convwgrad.provider.dispatch`
+(the key, the planning-context check, the capture check) and runs a kept call without Python where
+the call is a whole aten dW; other kept calls are the Python prepared calls, reached from C++.
+Python stays the reference: a miss (a first call, anything the native key does not cover, a
+capture, an open :func:`~convwgrad.record_launches` log) takes the Python path, which keeps the
+call here too.
+
+The extension is built from source with torch's own C++ extension builder (a C++ compiler and
+ninja; about 15 s on a 2-core CPU), once per machine and torch version, in torch's extension
+cache (``TORCH_EXTENSIONS_DIR``). The build never blocks a call: the first prepared call starts
+it on a background thread, and calls take the Python path until it is loaded. ``CONVWGRAD_NATIVE``
+chooses: ``0`` off (the Python path only), ``1`` (the default) build in the background on first
+use, ``wait`` build on first use and wait for it. :func:`load` builds and waits (tests, tools);
+:func:`status` says what happened, and a failed build warns once with the compiler's reason.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from pathlib import Path
+
+from ..diagnostics import warn_at_caller
+
+#: off (0), background build on first use (1, the default), or build on first use and wait (wait)
+NATIVE_ENV = "CONVWGRAD_NATIVE"
+SOURCE = Path(__file__).with_name("warm_path.cpp")
+#: the extension's module name (torch's builder versions it when the source changes)
+EXTENSION_NAME = "convwgrad_warm_path"
+
+
+class State(enum.Enum):
+    IDLE = "not built yet: calls take the Python warm path"
+    BUILDING = "building on a background thread: calls take the Python warm path until it loads"
+    LOADED = "loaded"
+    FAILED = "build failed: calls take the Python warm path"
+    OFF = f"off ({NATIVE_ENV}=0): calls take the Python warm path"
+
+
+#: ``call(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
+#: keep_workspace) -> dW | None`` once the extension is loaded, else None: the dispatcher reads this
+#: on every call, so it is a plain module attribute.
+call = None
+_module = None
+_state = State.IDLE
+_reason = ""
+_lock = threading.Lock()
+_built = threading.Event()
+#: set by the dispatcher: (module) -> None, configures the loaded extension (where the planning
+#: context lives is the dispatcher's knowledge, not this module's)
+_configure = None
+
+
+def mode() -> str:
+    value = os.environ.get(NATIVE_ENV, "1").strip().lower()
+    return value if value in ("0", "1", "wait") else "1"
+
+
+def status() -> str:
+    """What the native warm path is doing, in words (``explain``-style)."""
+    if _state is State.LOADED:
+        return f"{_state.value}: {_module.__file__}"
+    if _state is State.FAILED:
+        return f"{_state.value}; {_reason}"
+    return _state.value
+
+
+def is_loaded() -> bool:
+    return _state is State.LOADED
+
+
+def _build():
+    from torch.utils import cpp_extension
+
+    return cpp_extension.load(name=EXTENSION_NAME, sources=[str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+
+
+def _build_and_install() -> None:
+    global _module, call, _state, _reason
+    try:
+        module = _build()
+        if _configure is not None:
+            _configure(module)
+    except Exception as exc:  # no compiler, no ninja, a header mismatch: the Python path stands
+        with _lock:
+            lines = str(exc).strip().splitlines()[-5:]  # the compiler's last words
+            _state, _reason = State.FAILED, f"{type(exc).__name__}: {' | '.join(lines)}"
+        warn_at_caller(f"convwgrad: the native warm path could not be built, so calls take the Python warm path "
+                       f"({_reason}); set {NATIVE_ENV}=0 to skip the build")
+    else:
+        with _lock:
+            _module, _state = module, State.LOADED
+            call = module.call
+    finally:
+        _built.set()
+
+
+def start() -> None:
+    """Start the build as :data:`NATIVE_ENV` says, once; returns at once unless it says ``wait``."""
+    global _state
+    with _lock:
+        if _state is not State.IDLE:
+            return
+        if mode() == "0":
+            _state = State.OFF
+            return
+        _state = State.BUILDING
+    if mode() == "wait":
+        _build_and_install()
+    else:
+        threading.Thread(target=_build_and_install, name="convwgrad-native-build", daemon=True).start()
+
+
+def load(timeout: float | None = None):
+    """Build (or find) the extension and wait for it; the loaded module, or None if the build
+    failed or is off (:func:`status` says which). For tests and tools that must measure it."""
+    global _state
+    with _lock:
+        if _state is State.OFF and mode() != "0":
+            _state = State.IDLE
+    start()
+    if _state is State.BUILDING:
+        _built.wait(timeout)
+    return _module if _state is State.LOADED else None
+
+
+def keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts, prepared,
+         aten_call) -> bool:
+    """Keep a prepared call in the native table (see ``warm_path.cpp``'s ``keep``); starts the build
+    on first use. False where nothing is kept: not loaded yet, or a signature it does not key."""
+    if _module is None:
+        if _state is State.IDLE:
+            start()
+        if _module is None:
+            return False
+    return _module.keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
+                        prepared, aten_call)
+
+
+def clear() -> None:
+    if _module is not None:
+        _module.clear()
+
+
+def stats() -> tuple[int, int, int, int]:
+    """(hits, misses, kept calls, planning-context changes) since the extension loaded; zeros before."""
+    return (0, 0, 0, 0) if _module is None else _module.stats()
