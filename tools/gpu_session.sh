@@ -65,6 +65,7 @@
 #   mmatests  the shifted-MMA family's GPU tests alone
 #   smallmma  issue 10: the shifted-MMA family on small filters (rows >= 14) beside torch's NCHW path and cuDNN CL
 #   heldout  the 50 never-swept random shapes swept and scored against the oracle (HELDOUT_S seconds)
+#   native   the native warm path built and loaded (run it before the parts that time or test it)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
 #   regnetnchw  RegNetY-016 128 NCHW eager steps, 5 rounds, A/A arm (session 12 read 0.985x)
@@ -316,6 +317,9 @@ PY
       timeout ${SMALLMMA_LIMIT_S:-150} python3 tools/proto_shifted_mma.py --layouts contiguous channels_last \
         $(python3 -c "import sys; sys.path.insert(0, 'tools'); import proto_shifted_mma as p; print(' '.join('--only ' + l[0] for l in p.SMALL_FILTER_LAYERS))") \
         --json "$OUT/proto_small.json" 2>&1 | grep -v -i warn | tee "$OUT/proto_small.txt" ;;
+    native)
+      # issue 9: the native warm path built (and timed) before the parts that load it
+      timeout 150 python3 -c "import time; from convwgrad.provider import native; t = time.time(); native.load(); print(native.status(), f'({time.time() - t:.1f} s)')" 2>&1 | tee "$OUT/native_build.txt" ;;
     hostpaired)
       # issue 9's host target by the paired method: ways interleaved in rounds, thread CPU time a call
       timeout ${HOSTPAIRED_LIMIT_S:-150} python3 tools/host_overhead.py --paired --rounds ${HOSTPAIRED_ROUNDS:-60} \

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -74,6 +75,14 @@ def is_loaded() -> bool:
 
 def _build():
     from torch.utils import cpp_extension
+
+    if shutil.which("ninja") is None:  # the ninja package's binary, where its bin folder is not on PATH
+        try:
+            import ninja
+        except ImportError:
+            pass
+        else:
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
     return cpp_extension.load(name=EXTENSION_NAME, sources=[str(SOURCE)], extra_cflags=["-O2"], verbose=False)
 
