@@ -143,8 +143,10 @@ def layer_ways(layer):
     workspace = (torch.empty(prepared.workspace_nbytes, dtype=torch.uint8, device="cuda")
                  if prepared.workspace_nbytes else None)
     ways = base_ways(x, weight, dy, stride, padding, dilation)
+    problem = convwgrad.ConvProblem.from_tensors(x, weight.shape, dy, stride, padding, dilation, x.shape[1])
     ways = {"aten": ways["aten"], "bound": lambda: prepared.run(x, dy, None, workspace),
             "conv2d_weight": ways["conv2d_weight"], "op": ways["op"],
+            "dispatch": lambda: convwgrad.dispatch_conv_grouped(problem, x, dy),
             "conv2d_weight_py": python_warm_path(ways["conv2d_weight"]), "op_py": python_warm_path(ways["op"])}
     return ways, prepared.family
 
@@ -181,15 +183,16 @@ def print_paired(rows, rounds, block):
     print(f"convwgrad from {convwgrad.__file__}; {torch.cuda.get_device_name()}; paired method: {rounds} rounds of "
           f"{block} calls a way, thread-CPU us a call (wall us a call, block synchronised); "
           "over aten = median of same-round differences in thread CPU")
-    ways = ("aten", "bound", "conv2d_weight", "conv2d_weight_py", "op", "op_py")
+    ways = ("aten", "bound", "conv2d_weight", "conv2d_weight_py", "dispatch", "op", "op_py")
     print(f"{'layer':<24} {'family':<13} " + " ".join(f"{w:>16}" for w in ways)
-          + "   over aten: bound / conv2d_weight / conv2d_weight_py / op / op_py;  conv2d_weight, _py over bound")
+          + "   over aten: bound / conv2d_weight / conv2d_weight_py / dispatch / op / op_py;  conv2d_weight, _py over bound")
     for r in rows:
         cells = " ".join(f"{r[w][0]:>6.1f} ({r[w][1]:>6.1f})" for w in ways)
-        overs = " / ".join(f"{r[w][2]:+6.1f}" for w in ("bound", "conv2d_weight", "conv2d_weight_py", "op", "op_py"))
+        overs = " / ".join(f"{r[w][2]:+6.1f}" for w in ("bound", "conv2d_weight", "conv2d_weight_py", "dispatch", "op",
+                                                        "op_py"))
         print(f"{r['layer']:<24} {r['family']:<13} {cells}   {overs};  "
               f"{r['conv2d_weight'][3]:+6.1f}, {r['conv2d_weight_py'][3]:+6.1f}")
-    for way in ("conv2d_weight", "conv2d_weight_py", "op", "op_py"):
+    for way in ("conv2d_weight", "conv2d_weight_py", "dispatch", "op", "op_py"):
         overs = sorted(r[way][3] for r in rows)
         print(f"{way} over the bound launch, thread CPU, across layers: median {statistics.median(overs):+.1f} us, "
               f"range {overs[0]:+.1f} to {overs[-1]:+.1f}")

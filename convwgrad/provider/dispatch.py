@@ -483,7 +483,15 @@ def dispatch_conv_grouped(
     ``out`` (shape ``problem.weight_size``, the problem's dtype, no overlapping memory)
     is written in place and returned when given; otherwise dW is a new contiguous tensor.
     ``workspace`` (uint8, at least ``plan.workspace_nbytes``) is allocated when not given.
+    A repeat with the same ``problem`` and ``plan`` objects and neither ``out`` nor ``workspace`` is
+    looked up by the native warm path (``provider/native``) first.
     """
+    native_call = _native.call_problem
+    plain = out is None and workspace is None
+    if plain and native_call is not None and not _recorders:
+        grad_weight = native_call(problem, plan, input, grad_output)
+        if grad_weight is not None:
+            return grad_weight
     try:
         key = (problem, plan, _tensor_key(input), _tensor_key(grad_output),
                None if out is None else _tensor_key(out))
@@ -495,6 +503,8 @@ def dispatch_conv_grouped(
         prepared, graph_route = _prepare_dispatch(problem, input, grad_output, plan, out)
         if key is not None:
             _keep_with_graph_route(key, prepared, graph_route, input.device)
+    if plain and key is not None and not _capturing(input.device):
+        _native.keep_problem(problem, plan, input, grad_output, prepared, prepared.aten_call)
     if workspace is not None:
         if prepared.workspace_nbytes:
             _check_workspace(workspace, prepared.workspace_nbytes, input.device)

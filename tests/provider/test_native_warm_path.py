@@ -124,6 +124,31 @@ class _nothing:
         return False
 
 
+@pytest.mark.parametrize("family", ["aten", "triton"])
+def test_dispatch_with_the_same_problem_and_plan_objects_runs_natively(family, module, no_tf32):
+    x, ws, dy = layer()
+    problem = convwgrad.ConvProblem.from_tensors(x, ws, dy, 1, 1, 1, 6)
+    plan = None if family == "triton" else convwgrad.plan(problem, DEVICE if DEVICE != "cpu" else None,
+                                                          family="aten")
+    dispatch = convwgrad.dispatch_conv_grouped
+    dispatch(problem, x, dy, plan=plan)
+    x.normal_(), dy.normal_()
+    before = hits()
+    dw = dispatch(problem, x, dy, plan=plan)
+    assert hits() == before + 1
+    call, native.call_problem = native.call_problem, None
+    try:
+        assert torch.equal(dw, dispatch(problem, x, dy, plan=plan))
+    finally:
+        native.call_problem = call
+    out = torch.full(ws, float("nan"), device=DEVICE)
+    before = hits()
+    assert dispatch(problem, x, dy, plan=plan, out=out) is out and hits() == before  # out=: the Python path
+    assert torch.equal(out, dw)
+    equal_problem = convwgrad.ConvProblem.from_tensors(x, ws, dy, 1, 1, 1, 6)  # another object: kept anew
+    assert torch.equal(dispatch(equal_problem, x, dy, plan=plan), dw) and hits() == before
+
+
 def test_the_triton_route_is_recorded_through_the_python_path(module, no_tf32):
     """An open log takes the Python path, which records; the native table is not consulted."""
     x, ws, dy = layer()

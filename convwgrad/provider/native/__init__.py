@@ -45,6 +45,8 @@ class State(enum.Enum):
 #: keep_workspace) -> dW | None`` once the extension is loaded, else None: the dispatcher reads this
 #: on every call, so it is a plain module attribute.
 call = None
+#: ``call_problem(problem, plan, input, grad_output) -> dW | None``: dispatch_conv_grouped's, likewise
+call_problem = None
 _module = None
 _state = State.IDLE
 _reason = ""
@@ -88,7 +90,7 @@ def _build():
 
 
 def _build_and_install() -> None:
-    global _module, call, _state, _reason
+    global _module, call, call_problem, _state, _reason
     try:
         module = _build()
         if _configure is not None:
@@ -102,7 +104,7 @@ def _build_and_install() -> None:
     else:
         with _lock:
             _module, _state = module, State.LOADED
-            call = module.call
+            call, call_problem = module.call, module.call_problem
     finally:
         _built.set()
 
@@ -147,6 +149,16 @@ def keep(input, grad_output, weight_size, stride, padding, dilation, groups, mat
             return False
     return _module.keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
                         prepared, aten_call)
+
+
+def keep_problem(problem, plan, input, grad_output, prepared, aten_call) -> bool:
+    """:func:`keep` for dispatch_conv_grouped's (problem, plan) objects, kept alive and keyed by identity."""
+    if _module is None:
+        if _state is State.IDLE:
+            start()
+        if _module is None:
+            return False
+    return _module.keep_problem(problem, plan, input, grad_output, prepared, aten_call)
 
 
 def clear() -> None:

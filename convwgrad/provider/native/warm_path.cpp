@@ -52,15 +52,20 @@ struct KeyHash {
 constexpr int64_t kIntTag = -1;
 constexpr int64_t kSequenceTag = -2;
 constexpr int64_t kTensorTag = -3;
+constexpr int64_t kProblemTag = -4;
 // Nesting the Python key allows that is kept here: (before, after) padding pairs are depth 2.
 constexpr int kMaxDepth = 2;
 
 struct Entry {
   bool aten = false;
   PyObject* prepared = nullptr;  // a strong reference (Python entries)
+  PyObject* owners = nullptr;    // dispatch_conv_grouped's (problem, plan): kept alive, so their ids stay theirs
   std::vector<int64_t> weight_size, weight_strides, stride, padding, dilation, output_padding;
   int64_t groups = 1;
-  ~Entry() { Py_XDECREF(prepared); }  // entries are dropped with the GIL held (clear, replace)
+  ~Entry() {
+    Py_XDECREF(prepared);
+    Py_XDECREF(owners);
+  }  // entries are dropped with the GIL held (clear, replace)
 };
 
 struct Context {
@@ -305,13 +310,10 @@ PyObject* configure(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
-// call(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
-//      keep_workspace) -> dW, or None (a miss: take the Python path)
-PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  if (nargs != 9) return type_error("call takes 9 arguments");
-  Key key;
-  if (!state->configured || !make_key(args, key) || check_context() != 1) {
+// The kept call of ``key`` run on (input, grad_output), the Python one with (out=None,
+// workspace=None, keep_workspace); None where there is none or the current stream captures.
+PyObject* run_kept(const Key& key, PyObject* input_object, PyObject* grad_output_object, PyObject* keep_workspace) {
+  if (check_context() != 1) {
     ++state->misses;
     Py_RETURN_NONE;
   }
@@ -320,7 +322,7 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     ++state->misses;
     Py_RETURN_NONE;
   }
-  const at::Tensor& input = THPVariable_Unpack(args[0]);
+  const at::Tensor& input = THPVariable_Unpack(input_object);
   if (state->capturing != nullptr && input.is_cuda()) {
     PyObject* capturing = PyObject_CallNoArgs(state->capturing);
     if (capturing == nullptr) return nullptr;
@@ -335,7 +337,7 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++state->hits;
   std::shared_ptr<Entry> entry = found->second;
   if (entry->aten) {
-    const at::Tensor& grad_output = THPVariable_Unpack(args[1]);
+    const at::Tensor& grad_output = THPVariable_Unpack(grad_output_object);
     at::Tensor grad_weight;
     {
       pybind11::gil_scoped_release no_gil;
@@ -343,31 +345,66 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     return THPVariable_Wrap(std::move(grad_weight));
   }
-  PyObject* call_args[5] = {args[0], args[1], Py_None, Py_None, args[8]};
-  return PyObject_Vectorcall(entry->prepared, call_args, 5, nullptr);
+  PyObject* call_args[5] = {input_object, grad_output_object, Py_None, Py_None, keep_workspace};
+  return PyObject_Vectorcall(entry->prepared, call_args, keep_workspace == nullptr ? 2 : 5, nullptr);
+}
+
+// call(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
+//      keep_workspace) -> dW, or None (a miss: take the Python path)
+PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 9) return type_error("call takes 9 arguments");
+  Key key;
+  if (!state->configured || !make_key(args, key)) {
+    ++state->misses;
+    Py_RETURN_NONE;
+  }
+  return run_kept(key, args[0], args[1], args[8]);
+  END_HANDLE_TH_ERRORS
+}
+
+// dispatch_conv_grouped's key: the problem and plan objects by identity (the entry keeps them alive),
+// then both tensors.
+bool make_problem_key(PyObject* const* args, Key& key) {
+  key.reserve(48);
+  key.push_back(kProblemTag);
+  key.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(args[0])));
+  key.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(args[1])));
+  return push_tensor(key, args[2]) && push_tensor(key, args[3]);
+}
+
+// call_problem(problem, plan, input, grad_output) -> dW, or None: dispatch_conv_grouped without
+// out= or workspace=, for the problem and plan objects it was kept with.
+PyObject* call_problem(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 4) return type_error("call_problem takes 4 arguments");
+  Key key;
+  if (!state->configured || !make_problem_key(args, key)) {
+    ++state->misses;
+    Py_RETURN_NONE;
+  }
+  return run_kept(key, args[2], args[3], nullptr);
   END_HANDLE_TH_ERRORS
 }
 
 // keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts, prepared,
 //      aten_call) -> bool: whether it was kept. ``aten_call`` is None (call ``prepared``) or
 // (weight_size, stride, padding, dilation, groups): prepared's run is exactly that aten dW.
-PyObject* keep(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  if (nargs != 10) return type_error("keep takes 10 arguments");
-  Key key;
-  if (!state->configured || !make_key(args, key) || check_context() < 0) Py_RETURN_FALSE;
+// An entry for ``prepared`` (Python) or, where ``aten_call`` is not None, for that aten call; null
+// with a TypeError set for malformed arguments.
+std::shared_ptr<Entry> make_entry(PyObject* prepared, PyObject* aten_call) {
   auto entry = std::make_shared<Entry>();
-  PyObject* aten_call = args[9];
   if (aten_call != Py_None) {
     if (!PyTuple_CheckExact(aten_call) || PyTuple_GET_SIZE(aten_call) != 5) {
-      return type_error("aten_call must be (weight_size, stride, padding, dilation, groups)");
+      type_error("aten_call must be (weight_size, stride, padding, dilation, groups)");
+      return nullptr;
     }
     PyObject* groups = PyTuple_GET_ITEM(aten_call, 4);
     if (!int_vector(PyTuple_GET_ITEM(aten_call, 0), entry->weight_size) ||
         !int_vector(PyTuple_GET_ITEM(aten_call, 1), entry->stride) ||
         !int_vector(PyTuple_GET_ITEM(aten_call, 2), entry->padding) ||
         !int_vector(PyTuple_GET_ITEM(aten_call, 3), entry->dilation) || !PyLong_CheckExact(groups)) {
-      if (!PyErr_Occurred()) return type_error("aten_call must hold sequences of ints and an int");
+      if (!PyErr_Occurred()) type_error("aten_call must hold sequences of ints and an int");
       return nullptr;
     }
     entry->groups = PyLong_AsLongLong(groups);
@@ -375,13 +412,42 @@ PyObject* keep(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     entry->output_padding.assign(entry->stride.size(), 0);
     entry->aten = true;
   } else {
-    if (!PyCallable_Check(args[8])) return type_error("prepared must be callable");
-    Py_INCREF(args[8]);
-    entry->prepared = args[8];
+    if (!PyCallable_Check(prepared)) {
+      type_error("prepared must be callable");
+      return nullptr;
+    }
+    Py_INCREF(prepared);
+    entry->prepared = prepared;
   }
+  return entry;
+}
+
+PyObject* store(Key&& key, std::shared_ptr<Entry> entry) {
+  if (entry == nullptr) return nullptr;
+  if (check_context() < 0) Py_RETURN_FALSE;  // (a changed context was dropped: this call is of the new one)
   if (state->calls.size() >= state->max_calls) state->calls.clear();  // as dispatch.PREPARED_CALLS_SIZE
   state->calls[std::move(key)] = std::move(entry);
   Py_RETURN_TRUE;
+}
+
+PyObject* keep(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 10) return type_error("keep takes 10 arguments");
+  Key key;
+  if (!state->configured || !make_key(args, key)) Py_RETURN_FALSE;
+  return store(std::move(key), make_entry(args[8], args[9]));
+  END_HANDLE_TH_ERRORS
+}
+
+// keep_problem(problem, plan, input, grad_output, prepared, aten_call) -> bool
+PyObject* keep_problem(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 6) return type_error("keep_problem takes 6 arguments");
+  Key key;
+  if (!state->configured || !make_problem_key(args, key)) Py_RETURN_FALSE;
+  std::shared_ptr<Entry> entry = make_entry(args[4], args[5]);
+  if (entry != nullptr) entry->owners = PyTuple_Pack(2, args[0], args[1]);
+  return store(std::move(key), std::move(entry));
   END_HANDLE_TH_ERRORS
 }
 
@@ -403,6 +469,10 @@ PyMethodDef methods[] = {
      "dW from the kept call of this signature, or None."},
     {"keep", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(keep)), METH_FASTCALL,
      "Keep a prepared call for this signature."},
+    {"call_problem", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_problem)), METH_FASTCALL,
+     "dispatch_conv_grouped's dW from the kept call of (problem, plan, tensors), or None."},
+    {"keep_problem", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(keep_problem)),
+     METH_FASTCALL, "Keep a prepared call for (problem, plan, tensors)."},
     {"clear", clear, METH_NOARGS, "Drop every kept call."},
     {"stats", stats, METH_NOARGS, "(hits, misses, kept calls, context changes)."},
     {nullptr, nullptr, 0, nullptr},
