@@ -183,6 +183,23 @@ def test_a_tensor_subclass_misses_and_is_still_right(aten_only):
     assert torch.equal(torch.Tensor(dw), python_path(convwgrad.conv2d_weight, x, ws, dy, padding=1, groups=6))
 
 
+def test_a_torch_function_mode_sees_the_python_path(aten_only):
+    class Seen(torch.overrides.TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Seen.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    x, ws, dy = layer()
+    convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=6)
+    before = hits()
+    with Seen():
+        dw = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=6)
+    assert hits() == before and Seen.calls > 0
+    assert torch.equal(dw, python_path(convwgrad.conv2d_weight, x, ws, dy, padding=1, groups=6))
+
+
 def test_inputs_that_require_grad_give_a_plain_dw_under_no_grad(aten_only):
     x, ws, dy = layer()
     x.requires_grad_(True)

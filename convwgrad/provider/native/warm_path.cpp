@@ -9,7 +9,8 @@
 //   - the planning context: the process-wide plugin manager, its plugins (by identity, in order),
 //     torch's cuDNN TF32 switch, plan()'s epoch and the planning environment variables; when any
 //     of them changes, every kept call is dropped (dispatch._planning_context reads the same);
-//   - a CUDA input while the current stream captures a graph is a miss: Python plans graph launches.
+//   - a CUDA input while the current stream captures a graph is a miss: Python plans graph launches;
+//     so is any call while a TorchFunctionMode is active (it must see what the Python path does).
 // A kept call is either a whole aten dW (the aten fallback family's bound launch: made here,
 // through ATen, with the GIL released as torch's own bindings do) or the Python prepared call,
 // called with the same arguments dispatch.py passes it. A miss returns None: the caller takes the
@@ -22,6 +23,7 @@
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -313,7 +315,8 @@ PyObject* configure(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // The kept call of ``key`` run on (input, grad_output), the Python one with (out=None,
 // workspace=None, keep_workspace); None where there is none or the current stream captures.
 PyObject* run_kept(const Key& key, PyObject* input_object, PyObject* grad_output_object, PyObject* keep_workspace) {
-  if (check_context() != 1) {
+  // a TorchFunctionMode sees the Python path's tensor queries and torch.ops calls; an ATen call would bypass it
+  if (at::impl::torch_function_mode_enabled() || check_context() != 1) {
     ++state->misses;
     Py_RETURN_NONE;
   }
