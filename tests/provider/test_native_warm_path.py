@@ -338,3 +338,41 @@ def test_bad_keep_arguments_are_type_errors_not_crashes(module):
         module.keep(x, dy, ws, 1, 1, 1, 6, False, "not callable", None)
     with pytest.raises(TypeError, match="9 arguments"):
         module.call(x, dy)
+
+
+def _fresh_process(tmp_path, **environment):
+    """Run a patched-free direct call in a fresh interpreter with ``environment``; its report."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import json, warnings, torch, convwgrad
+from convwgrad.provider import native
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    x, dy = torch.randn(2, 6, 7, 7), torch.randn(2, 6, 7, 7)
+    dw = convwgrad.conv2d_weight(x, (6, 1, 3, 3), dy, padding=1, groups=6)
+    ref = torch.nn.grad.conv2d_weight(x.double(), (6, 1, 3, 3), dy.double(), padding=1, groups=6)
+    error = float((dw.double() - ref).norm() / ref.norm())
+print(json.dumps({"status": native.status(), "error": error, "warnings": [str(w.message) for w in caught]}))
+"""
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions"), **environment}
+    env.pop("TRITON_INTERPRET", None)  # the aten route: no interpreter needed
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_failed_build_warns_and_the_python_path_answers(tmp_path):
+    report = _fresh_process(tmp_path, CONVWGRAD_NATIVE="wait", CXX=str(tmp_path / "no-such-compiler"))
+    assert report["status"].startswith("build failed"), report
+    assert any("native warm path could not be built" in w for w in report["warnings"]), report
+    assert report["error"] < 1e-6
+
+
+def test_native_off_builds_nothing(tmp_path):
+    report = _fresh_process(tmp_path, CONVWGRAD_NATIVE="0")
+    assert report["status"].startswith("off") and report["error"] < 1e-6, report
+    assert not (tmp_path / "extensions").exists()

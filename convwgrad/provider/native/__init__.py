@@ -9,8 +9,9 @@ call here too.
 
 The extension is built from source with torch's own C++ extension builder (a C++ compiler and
 ninja; about 15 s on a 2-core CPU), once per machine and torch version, in torch's extension
-cache (``TORCH_EXTENSIONS_DIR``). The build never blocks a call: the first prepared call starts
-it on a background thread, and calls take the Python path until it is loaded. ``CONVWGRAD_NATIVE``
+cache (``TORCH_EXTENSIONS_DIR``), in a process of its own (see :func:`_build`). The build never
+blocks a call: the first prepared call starts it from a background thread, and calls take the
+Python path until it is loaded. ``CONVWGRAD_NATIVE``
 chooses: ``0`` off (the Python path only), ``1`` (the default) build in the background on first
 use, ``wait`` build on first use and wait for it. :func:`load` builds and waits (tests, tools);
 :func:`status` says what happened, and a failed build warns once with the compiler's reason.
@@ -19,8 +20,11 @@ use, ``wait`` build on first use and wait for it. :func:`load` builds and waits 
 from __future__ import annotations
 
 import enum
+import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -75,18 +79,39 @@ def is_loaded() -> bool:
     return _state is State.LOADED
 
 
-def _build():
-    from torch.utils import cpp_extension
+#: What the build process runs: torch's builder (ninja, the compiler, its cache and its lock), then the
+#: built module's path on the last line.
+_BUILD_SCRIPT = """
+import sys
+from torch.utils import cpp_extension
+module = cpp_extension.load(name=sys.argv[2], sources=[sys.argv[1]], extra_cflags=["-O2"], verbose=False)
+print(module.__file__)
+"""
 
-    if shutil.which("ninja") is None:  # the ninja package's binary, where its bin folder is not on PATH
+
+def _build():
+    """Build in a process of its own and import what it built. Its own process, in a session of its
+    own: torch's builder holds a lock file in the build folder while it builds, and a build killed
+    with this process (a short script ending, Ctrl-C) would leave the lock behind, and every later
+    build waiting on it; the child finishes and releases it whatever happens here."""
+    environment = dict(os.environ)
+    if shutil.which("ninja", path=environment.get("PATH")) is None:  # the ninja package's binary, off PATH
         try:
             import ninja
         except ImportError:
             pass
         else:
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-
-    return cpp_extension.load(name=EXTENSION_NAME, sources=[str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+            environment["PATH"] = ninja.BIN_DIR + os.pathsep + environment.get("PATH", "")
+    done = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, str(SOURCE), EXTENSION_NAME], env=environment,
+                          capture_output=True, text=True, start_new_session=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip() or f"the build process exited with {done.returncode}")
+    path = done.stdout.strip().splitlines()[-1]
+    name = Path(path).name.split(".")[0]  # torch's builder versions the name when the source changes
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _build_and_install() -> None:
