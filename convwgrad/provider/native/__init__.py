@@ -163,27 +163,26 @@ def load(timeout: float | None = None):
     return _module if _state is State.LOADED else None
 
 
+def _started():
+    """The loaded module, or None after starting the build if it was never started."""
+    if _module is None and _state is State.IDLE:
+        start()
+    return _module
+
+
 def keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts, prepared,
          aten_call) -> bool:
     """Keep a prepared call in the native table (see ``warm_path.cpp``'s ``keep``); starts the build
     on first use. False where nothing is kept: not loaded yet, or a signature it does not key."""
-    if _module is None:
-        if _state is State.IDLE:
-            start()
-        if _module is None:
-            return False
-    return _module.keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
+    module = _started()
+    return module is not None and module.keep(input, grad_output, weight_size, stride, padding, dilation, groups, match_layouts,
                         prepared, aten_call)
 
 
 def keep_problem(problem, plan, input, grad_output, prepared, aten_call) -> bool:
     """:func:`keep` for dispatch_conv_grouped's (problem, plan) objects, kept alive and keyed by identity."""
-    if _module is None:
-        if _state is State.IDLE:
-            start()
-        if _module is None:
-            return False
-    return _module.keep_problem(problem, plan, input, grad_output, prepared, aten_call)
+    module = _started()
+    return module is not None and module.keep_problem(problem, plan, input, grad_output, prepared, aten_call)
 
 
 def clear() -> None:
