@@ -92,7 +92,8 @@
 #   unirep   UniRepLKNet-T b32 and b128 channels_last, one model for all arms, with the built-in router
 #   steps    training steps of the large-kernel networks and two all-cuDNN models, both layouts
 # Usage (GPU machine, repo root): bash tools/gpu_session.sh sameaten modulehost tests ...
-# (session 15: `mmatests` on the mma-1d branch merged, `oldnew` with its ncu arms (the 27x27 regression), `heldout`, `smallmma`; `unirep3`
+# (session 16: `native hostpaired tests` first if session 15's run did not happen (the native warm path's GPU
+#  evidence), then session 15's list below; session 15: `mmatests` on the mma-1d branch merged, `oldnew` with its ncu arms (the 27x27 regression), `heldout`, `smallmma`; `unirep3`
 #  once the patched layer's host cost moves; session 11: `tests`, then `compiledsteps`, then `graphsteps` (reduce-overhead still gains?); session 10: `verify10 hostparts`; then `ddp2` if nvidia-h200-x2 is lent. Older: `stagedfamily staged` first (the staged family's GPU tests; the prototype's checks incl. stride 2 /
 #  fp16 / fp32 and nine layers beside cuDNN), then `stagedsteps`, ncu of its best config; on nvidia-h200-x2: `ddp2`)
 set -uo pipefail
