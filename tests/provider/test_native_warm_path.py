@@ -376,3 +376,71 @@ def test_native_off_builds_nothing(tmp_path):
     report = _fresh_process(tmp_path, CONVWGRAD_NATIVE="0")
     assert report["status"].startswith("off") and report["error"] < 1e-6, report
     assert not (tmp_path / "extensions").exists()
+
+
+def _random_call(rng):
+    """A random valid depthwise / channel-multiplier call: rank 1-3, any padding spelling, strided views."""
+    rank = int(rng.integers(1, 4))
+    channels, multiplier = int(rng.integers(1, 6)), int(rng.choice([1, 2]))
+    k = [int(rng.integers(1, 4)) for _ in range(rank)]
+    stride = [int(rng.integers(1, 3)) for _ in range(rank)]
+    dilation = [int(rng.integers(1, 3)) for _ in range(rank)]
+    pairs = [(int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(rank)]
+    spelling = rng.choice(["int", "list", "tuple", "pairs", "asymmetric"])
+    if spelling == "int":
+        pairs = [(pairs[0][0],) * 2] * rank
+        padding = pairs[0][0]
+    elif spelling in ("list", "tuple"):
+        pairs = [(lo, lo) for lo, _ in pairs]
+        padding = [lo for lo, _ in pairs] if spelling == "list" else tuple(lo for lo, _ in pairs)
+    elif spelling == "pairs":
+        pairs = [(lo, lo) for lo, _ in pairs]
+        padding = tuple(pairs)
+    else:
+        padding = tuple(pairs)
+    size = [int(rng.integers(d * (f - 1) + 1, 9)) for d, f in zip(dilation, k)]
+    out = [(s + lo + hi - d * (f - 1) - 1) // st + 1 for s, (lo, hi), d, f, st in zip(size, pairs, dilation, k, stride)]
+    dtype = rng.choice([torch.float32, torch.bfloat16, torch.float64])
+    batch = int(rng.integers(1, 3))
+    x = torch.randn(batch, channels * 2, *size, dtype=dtype, device=DEVICE)[:, ::2]  # a channel-strided view
+    dy = torch.randn(batch, channels * multiplier, *out, dtype=dtype, device=DEVICE)
+    if rng.random() < 0.5:
+        dy = dy.movedim(1, -1).contiguous().movedim(-1, 1)
+    weight_size = (channels * multiplier, 1, *k)
+    return x, weight_size, dy, dict(stride=stride if rng.random() < 0.5 else tuple(stride), padding=padding,
+                                    dilation=dilation, groups=channels)
+
+
+@pytest.mark.parametrize("family", ["aten", "interpreted"])
+def test_random_calls_run_natively_and_equal_the_python_path(family, module, no_tf32):
+    """40 random calls: every repeat is a native hit, bitwise equal to the Python path, right against float64."""
+    import numpy as np
+
+    rng = np.random.default_rng(15 if family == "aten" else 16)
+    context = (use_plugin_manager(build_plugin_manager(default_plugins=ATEN_ONLY, load_entrypoints=False))
+               if family == "aten" else _nothing())
+    count = 40 if family == "aten" else 8  # the interpreter is slow
+    with context:
+        clear_prepared_calls()
+        for case in range(count):
+            x, ws, dy, kwargs = _random_call(rng)
+            conv = nd_weight(x)
+            conv(x, ws, dy, **kwargs)
+            before = hits()
+            dw = conv(x, ws, dy, **kwargs)
+            assert hits() == before + 1, (case, x.shape, ws, kwargs)
+            assert torch.equal(dw, python_path(conv, x, ws, dy, **kwargs)), (case, x.shape, ws, kwargs)
+            ref = torch.ops.aten.convolution_backward(  # float64 through torch, padding applied by hand
+                dy.double(), torch.nn.functional.pad(x.double(), _pad_list(kwargs["padding"], x.dim() - 2)),
+                torch.empty(ws, dtype=torch.float64, device=DEVICE), None, list(kwargs["stride"]), [0] * (x.dim() - 2),
+                kwargs["dilation"], False, [0] * (x.dim() - 2), kwargs["groups"], [False, True, False])[1]
+            tolerance = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2}[x.dtype]
+            assert relative_error(dw, ref) < tolerance, (case, x.shape, ws, kwargs)
+    clear_prepared_calls()
+
+
+def _pad_list(padding, rank):
+    """F.pad's argument (last dim first) for any of conv*d_weight's padding spellings."""
+    pairs = [(padding, padding)] * rank if isinstance(padding, int) else [
+        (p, p) if isinstance(p, int) else tuple(p) for p in padding]
+    return [v for pair in reversed(pairs) for v in pair]
