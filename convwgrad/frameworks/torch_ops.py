@@ -24,7 +24,7 @@ from convwgrad.provider.dispatch import planning_generation as _planning_generat
 from convwgrad.provider.layout import layout_of
 from convwgrad.provider.plan import plan
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.target import current_target, launched
+from convwgrad.provider.target import cudnn_conv_allows_tf32, current_target, launched
 
 #: The ops are defined through ``torch.library.Library`` rather than ``torch.library.custom_op``:
 #: custom_op's Python wrappers (aliasing checks, keyset redispatch) cost ~13 us a call on a
@@ -266,7 +266,9 @@ def _planning_fingerprint() -> str:
 
     plugins = sorted(name for name, _ in get_plugin_manager().list_name_plugin())
     environment = [(name, os.environ.get(name)) for name in PLANNING_ENVIRONMENT]
-    return repr((plugins, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, environment))
+    return repr((plugins, cudnn_conv_allows_tf32(), torch.backends.cuda.matmul.fp32_precision
+                 if hasattr(torch.backends.cuda.matmul, "fp32_precision") else torch.backends.cuda.matmul.allow_tf32,
+                 environment))
 
 
 def _rewrite_conv_nodes(graph) -> None:

@@ -28,7 +28,7 @@ from .manager import get_plugin_manager
 from .plan import PLANNING_ENVIRONMENT, Plan, plan as make_plan, planning_epoch
 from .problem import ConvProblem, dtype_name
 from .reference import torch_weight_grad
-from .target import current_target, launched
+from .target import cudnn_conv_allows_tf32, current_target, launched
 
 # ----------------------------------------------------------------- on / off
 #: CONVWGRAD_DISABLE=1 in the environment starts every thread with convwgrad off.
@@ -243,14 +243,12 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
 def _planning_context() -> tuple:
     """What plan() reads besides the problem: when it changes, prepared calls plan afresh."""
     pm = get_plugin_manager()
-    return (pm, _plugin_set(pm), _cudnn_allow_tf32(), planning_epoch(), *map(_environ_get, _PLANNING_ENV_KEYS))
+    return (pm, _plugin_set(pm), cudnn_conv_allows_tf32(), planning_epoch(), *map(_environ_get, _PLANNING_ENV_KEYS))
 
 
-# What _planning_context reads on every warm call, read the cheap way where CPython and torch allow
-# (the public spellings cost ~1 us more a call, which a patched layer pays on every forward):
-# torch's own getter behind the torch.backends.cudnn.allow_tf32 property, and os.environ's
+# What _planning_context reads on every warm call, read the cheap way where CPython allows (the
+# public spelling costs ~1 us more a call, which a patched layer pays on every forward): os.environ's
 # encoded store (os.environ.get encodes the key and decodes the value on every call).
-_cudnn_allow_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", lambda: torch.backends.cudnn.allow_tf32)
 if isinstance(getattr(os.environ, "_data", None), dict) and hasattr(os.environ, "encodekey"):
     _environ_get = os.environ._data.get
     _PLANNING_ENV_KEYS = tuple(os.environ.encodekey(name) for name in PLANNING_ENVIRONMENT)

@@ -17,7 +17,7 @@ from .manager import families, get_plugin_manager
 from .problem import ConvProblem
 from .registry import Choice
 from .spec import KernelSpec, Tile, Verdict
-from .target import TargetInfo, resolve_target
+from .target import TargetInfo, cudnn_conv_allows_tf32, resolve_target
 
 #: Keyword pins plan() accepts; each forces one field of every candidate.
 PINS = ("family", "split_k", "group_merge", "tile")
@@ -214,11 +214,9 @@ _plans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _cache_key(pm, problem, target, pins) -> tuple:
-    import torch
-
     plugins = frozenset(id(plugin) for plugin in pm.get_plugins())
     # Families read torch's TF32 switch when they build candidates, so it is part of the key.
-    return problem, target, tuple(sorted(pins.items())), torch.backends.cudnn.allow_tf32, plugins
+    return problem, target, tuple(sorted(pins.items())), cudnn_conv_allows_tf32(), plugins
 
 
 @attrs.frozen

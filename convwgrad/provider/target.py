@@ -211,3 +211,32 @@ def _device(target):
         if device.index is not None and device.index >= count:
             raise ValueError(f"target={target!r}: this process has {count} CUDA device(s), 0 to {count - 1}")
     return device
+
+
+def cudnn_conv_allows_tf32() -> bool:
+    """Whether torch lets cuDNN convolutions round fp32 to TF32: what convwgrad's fp32 kernels follow.
+
+    The legacy switch (``torch.backends.cudnn.allow_tf32``) answers unless the legacy and the
+    per-operator API (torch >= 2.9) were mixed, where torch refuses to answer for "cuDNN" as a whole;
+    then the convolution operator's own setting decides (``torch.backends.cudnn.conv.fp32_precision``,
+    ``"none"`` inheriting cuDNN's, then torch's)."""
+    import torch
+
+    try:
+        return _legacy_cudnn_allow_tf32()
+    except RuntimeError:
+        for precision in (getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None),
+                          getattr(torch.backends.cudnn, "fp32_precision", None),
+                          getattr(torch.backends, "fp32_precision", None)):
+            if precision in ("tf32", "ieee"):
+                return precision == "tf32"
+        return True  # every level "none": cuDNN's default, TF32 on
+
+
+def _legacy_cudnn_allow_tf32() -> bool:
+    """torch's own getter behind ``torch.backends.cudnn.allow_tf32`` (~1 us cheaper than the property,
+    which a warm call reads every time)."""
+    import torch
+
+    getter = getattr(torch._C, "_get_cudnn_allow_tf32", None)
+    return getter() if getter is not None else torch.backends.cudnn.allow_tf32

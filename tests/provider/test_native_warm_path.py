@@ -444,3 +444,83 @@ def _pad_list(padding, rank):
     pairs = [(padding, padding)] * rank if isinstance(padding, int) else [
         (p, p) if isinstance(p, int) else tuple(p) for p in padding]
     return [v for pair in reversed(pairs) for v in pair]
+
+
+def test_mixed_tf32_apis_neither_break_calls_nor_leak(aten_only):
+    """torch >= 2.9's per-operator TF32 setting beside the legacy switch: torch then refuses the legacy
+    reading for cuDNN as a whole; the conv operator's own setting decides, and nothing is leaked."""
+    import sys
+
+    from convwgrad.provider.target import cudnn_conv_allows_tf32
+
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if getattr(conv, "fp32_precision", None) is None:
+        pytest.skip("this torch has no per-operator TF32 setting")
+    previous = conv.fp32_precision
+    x, ws, dy = layer()
+    pm = get_plugin_manager()
+    try:
+        conv.fp32_precision = "ieee" if previous == "tf32" else "tf32"
+        expected = conv.fp32_precision == "tf32"
+        assert cudnn_conv_allows_tf32() is expected
+        convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=6)  # plans and keeps under the new setting
+        references = sys.getrefcount(pm)
+        for _ in range(50):
+            dw = convwgrad.conv2d_weight(x, ws, dy, padding=1, groups=6)
+        assert sys.getrefcount(pm) == references
+        assert relative_error(dw, torch.nn.grad.conv2d_weight(x.double(), ws, dy.double(), padding=1, groups=6)) < 1e-5
+    finally:
+        conv.fp32_precision = previous
+
+
+def test_int_subclass_arguments_of_a_problem_are_served(aten_only):
+    import enum
+
+    class One(enum.IntEnum):
+        ONE = 1
+
+    x, ws, dy = layer()
+    problem = convwgrad.ConvProblem.from_tensors(x, ws, dy, (One.ONE, One.ONE), 1, 1, 6)
+    plan = convwgrad.plan(problem, DEVICE if DEVICE != "cpu" else None, family="aten")
+    for _ in range(2):
+        dw = convwgrad.dispatch_conv_grouped(problem, x, dy, plan=plan)
+    assert relative_error(dw, torch.nn.grad.conv2d_weight(x.double(), ws, dy.double(), padding=1, groups=6)) < 1e-5
+
+
+def test_match_layouts_other_than_a_bool_is_not_served_natively(module):
+    x, ws, dy = layer()
+    call = convwgrad.provider.dispatch.conv_weight
+    call(x, ws, dy, 1, 1, 1, 6, match_layouts=True)
+    with pytest.raises(TypeError, match="unhashable"):
+        call(x, ws, dy, 1, 1, 1, 6, match_layouts=[1])
+
+
+def test_a_prepared_call_whose_finaliser_clears_the_table_is_dropped_safely(module):
+    x, ws, dy = layer()
+
+    class Prepared:
+        def __call__(self, *args):
+            return None
+
+        def __del__(self):
+            module.clear()  # runs while the table drops this entry
+
+    assert module.keep(x, dy, ws, 1, 1, 1, 6, False, Prepared(), None) in (True, False)
+    module.clear()
+    assert module.keep(x, dy, ws, 1, 1, 1, 6, False, Prepared(), None) in (True, False)
+    module.keep(x, dy, ws, 1, 1, 1, 6, False, Prepared(), None)  # replaces the last: its finaliser runs
+    clear_prepared_calls()
+
+
+def test_a_stale_build_lock_left_by_a_killed_build_is_removed(tmp_path, monkeypatch):
+    import os
+
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
+    build = cpp_extension._get_build_directory(native.EXTENSION_NAME, verbose=False)
+    lock = os.path.join(build, "lock")
+    open(lock, "w").close()
+    os.utime(lock, (1, 1))  # older than any build may take
+    report = _fresh_process(tmp_path, CONVWGRAD_NATIVE="wait")
+    assert report["status"].startswith("loaded"), report

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from convwgrad.provider.spec import MIN_DOT_BLOCK, block_size_reasons
+from convwgrad.provider.target import cudnn_conv_allows_tf32
 
 from .launch import MAX_SPLIT_K, k_blocks, needs_wide_index
 
@@ -23,7 +24,7 @@ NUM_STAGES = {"cuda": 3, "hip": 2}
 
 def allows_tf32(problem, target) -> bool:
     """fp32 dots round to TF32 where torch lets cuDNN do so and the target has TF32 units."""
-    if problem.dtype != "fp32" or not torch.backends.cudnn.allow_tf32:
+    if problem.dtype != "fp32" or not cudnn_conv_allows_tf32():
         return False
     return target.backend == "cuda" or target.arch == "gfx942"
 

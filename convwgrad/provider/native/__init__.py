@@ -23,6 +23,7 @@ import enum
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -79,12 +80,25 @@ def is_loaded() -> bool:
     return _state is State.LOADED
 
 
-#: What the build process runs: torch's builder (ninja, the compiler, its cache and its lock), then the
-#: built module's path on the last line.
+#: Longest a build may take before it is given up (and its process group killed): the build took ~15 s
+#: on the 2-core dev CPU (session 15), so this is 40 times that. A build lock older than this is one a
+#: killed build left behind (torch's builder waits on it forever): the build process removes it.
+BUILD_TIMEOUT_S = 600
+
+#: What the build process runs: a stale lock removed, torch's builder (ninja, the compiler, its cache and
+#: its lock), then the built module's path on the last line.
 _BUILD_SCRIPT = """
-import sys
+import os, sys, time
 from torch.utils import cpp_extension
-module = cpp_extension.load(name=sys.argv[2], sources=[sys.argv[1]], extra_cflags=["-O2"], verbose=False)
+source, name, stale_after = sys.argv[1], sys.argv[2], float(sys.argv[3])
+try:
+    lock = os.path.join(cpp_extension._get_build_directory(name, verbose=False), "lock")
+    if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > stale_after:
+        os.remove(lock)
+        print(f"removed a stale build lock ({lock}), left by a build that was killed", file=sys.stderr)
+except (AttributeError, OSError):  # a torch without that helper: its builder's own wait stands
+    pass
+module = cpp_extension.load(name=name, sources=[source], extra_cflags=["-O2"], verbose=False)
 print(module.__file__)
 """
 
@@ -102,11 +116,18 @@ def _build():
             pass
         else:
             environment["PATH"] = ninja.BIN_DIR + os.pathsep + environment.get("PATH", "")
-    done = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, str(SOURCE), EXTENSION_NAME], env=environment,
-                          capture_output=True, text=True, start_new_session=True)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr.strip() or f"the build process exited with {done.returncode}")
-    path = done.stdout.strip().splitlines()[-1]
+    child = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(SOURCE), EXTENSION_NAME, str(BUILD_TIMEOUT_S)],
+                             env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the compiler and ninja with it (its own session)
+        child.communicate()
+        raise TimeoutError(f"the build took over {BUILD_TIMEOUT_S} s and was stopped") from None
+    if child.returncode != 0:
+        raise RuntimeError(stderr.strip() or f"the build process exited with {child.returncode}")
+    path = stdout.strip().splitlines()[-1]
     name = Path(path).name.split(".")[0]  # torch's builder versions the name when the source changes
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

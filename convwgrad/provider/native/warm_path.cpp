@@ -96,14 +96,19 @@ struct State {
 
 State* const state = new State();  // never destroyed (see the header)
 
+// Dropping runs Python (an entry's prepared call, a manager's weakref callbacks), which may call
+// back in here or switch threads: the state is reset first, and what it held is let go after.
 void drop_context() {
-  Context& c = state->context;
-  Py_CLEAR(c.manager);
-  for (PyObject* plugin : c.plugins) Py_XDECREF(plugin);
-  c.plugins.clear();
-  c.environment.clear();
-  c.valid = false;
+  Context old = std::move(state->context);
+  state->context = Context();
+  Py_XDECREF(old.manager);
+  for (PyObject* plugin : old.plugins) Py_XDECREF(plugin);
 }
+
+void drop_calls() {
+  auto old = std::move(state->calls);
+  state->calls = decltype(state->calls)();
+}  // ``old`` and its entries go here, after the table is whole again
 
 std::optional<std::string> environment_value(const std::string& name) {
   const char* value = std::getenv(name.c_str());  // os.environ writes through putenv/unsetenv
@@ -113,6 +118,12 @@ std::optional<std::string> environment_value(const std::string& name) {
 // 1: the kept calls hold; 0: the context changed (the kept calls were dropped, the new context is
 // kept); -1: no usable context (no manager yet, or one without pluggy's plugin table): a miss.
 int check_context() {
+  bool tf32;
+  try {
+    tf32 = at::globalContext().allowTF32CuDNN();
+  } catch (const std::exception&) {  // the legacy and per-operator TF32 APIs mixed: Python's reading decides
+    return -1;
+  }
   PyObject* manager = PyDict_GetItemWithError(state->manager_globals, state->manager_name);  // borrowed
   if (manager == nullptr || manager == Py_None) {
     PyErr_Clear();
@@ -128,7 +139,6 @@ int check_context() {
     Py_DECREF(manager);
     return -1;
   }
-  const bool tf32 = at::globalContext().allowTF32CuDNN();
   Context& c = state->context;
   bool same = c.valid && manager == c.manager && tf32 == c.tf32 && epoch == c.epoch &&
               static_cast<size_t>(PyDict_GET_SIZE(plugins)) == c.plugins.size();
@@ -151,7 +161,7 @@ int check_context() {
     Py_DECREF(manager);
     return 1;
   }
-  state->calls.clear();
+  drop_calls();
   drop_context();
   ++state->context_changes;
   c.manager = manager;  // the reference taken above
@@ -229,27 +239,38 @@ bool make_key(PyObject* const* args, Key& key) {
   for (int i = 2; i < 7; ++i) {
     if (!push_ints(key, args[i])) return false;
   }
-  const int match_layouts = PyObject_IsTrue(args[7]);
-  if (match_layouts < 0) {
+  if (args[7] != Py_True && args[7] != Py_False) return false;  // the Python key hashes the object itself
+  key.push_back(args[7] == Py_True);
+  return true;
+}
+
+// An int (a subclass too: ConvProblem admits IntEnum members) as int64; false on overflow or a non-int.
+bool int_value(PyObject* value, int64_t& out) {
+  if (!PyLong_Check(value) || PyBool_Check(value)) return false;
+  int overflow = 0;
+  out = PyLong_AsLongLongAndOverflow(value, &overflow);
+  if (overflow != 0 || (out == -1 && PyErr_Occurred())) {
     PyErr_Clear();
     return false;
   }
-  key.push_back(match_layouts);
   return true;
 }
 
 bool int_vector(PyObject* value, std::vector<int64_t>& out) {
-  if (!is_sequence(value)) return false;
+  if (!PyTuple_Check(value) && !PyList_Check(value)) return false;
   PyObject* items = PySequence_Fast(value, "");
-  if (items == nullptr) return false;
+  if (items == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
   bool ok = true;
   for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(items); ++i) {
-    PyObject* item = PySequence_Fast_GET_ITEM(items, i);
-    ok = PyLong_CheckExact(item);
-    if (ok) out.push_back(PyLong_AsLongLong(item));
+    int64_t item = 0;
+    ok = int_value(PySequence_Fast_GET_ITEM(items, i), item);
+    if (ok) out.push_back(item);
   }
   Py_DECREF(items);
-  return ok && !PyErr_Occurred();
+  return ok;
 }
 
 // dW exactly as blocks/aten.py's bound launch of an aten call computes it: aten's weight gradient
@@ -292,18 +313,16 @@ PyObject* configure(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_DECREF(items);
   const long long max_calls = PyLong_AsLongLong(args[7]);
   if (max_calls < 1) return PyErr_Occurred() ? nullptr : type_error("max_calls must be >= 1");
-  state->calls.clear();
+  drop_calls();
   drop_context();
-  for (PyObject** slot : {&state->manager_globals, &state->manager_name, &state->plugins_attr,
-                          &state->plan_globals, &state->epoch_name, &state->capturing}) {
-    Py_CLEAR(*slot);
-  }
   PyObject* values[6] = {args[0], args[1], args[2], args[3], args[4], args[6] == Py_None ? nullptr : args[6]};
   PyObject** slots[6] = {&state->manager_globals, &state->manager_name, &state->plugins_attr,
                          &state->plan_globals, &state->epoch_name, &state->capturing};
   for (int i = 0; i < 6; ++i) {
+    PyObject* old = *slots[i];
     Py_XINCREF(values[i]);
     *slots[i] = values[i];
+    Py_XDECREF(old);
   }
   state->environment_names = std::move(names);
   state->max_calls = static_cast<size_t>(max_calls);
@@ -325,6 +344,7 @@ PyObject* run_kept(const Key& key, PyObject* input_object, PyObject* grad_output
     ++state->misses;
     Py_RETURN_NONE;
   }
+  std::shared_ptr<Entry> entry = found->second;  // held: the capture query below may run Python
   const at::Tensor& input = THPVariable_Unpack(input_object);
   if (state->capturing != nullptr && input.is_cuda()) {
     PyObject* capturing = PyObject_CallNoArgs(state->capturing);
@@ -338,7 +358,6 @@ PyObject* run_kept(const Key& key, PyObject* input_object, PyObject* grad_output
     }
   }
   ++state->hits;
-  std::shared_ptr<Entry> entry = found->second;
   if (entry->aten) {
     const at::Tensor& grad_output = THPVariable_Unpack(grad_output_object);
     at::Tensor grad_weight;
@@ -394,7 +413,7 @@ PyObject* call_problem(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 //      aten_call) -> bool: whether it was kept. ``aten_call`` is None (call ``prepared``) or
 // (weight_size, stride, padding, dilation, groups): prepared's run is exactly that aten dW.
 // An entry for ``prepared`` (Python) or, where ``aten_call`` is not None, for that aten call; null
-// with a TypeError set for malformed arguments.
+// with a TypeError set for a malformed call, null with none set for values it cannot hold (overflow).
 std::shared_ptr<Entry> make_entry(PyObject* prepared, PyObject* aten_call) {
   auto entry = std::make_shared<Entry>();
   if (aten_call != Py_None) {
@@ -402,15 +421,13 @@ std::shared_ptr<Entry> make_entry(PyObject* prepared, PyObject* aten_call) {
       type_error("aten_call must be (weight_size, stride, padding, dilation, groups)");
       return nullptr;
     }
-    PyObject* groups = PyTuple_GET_ITEM(aten_call, 4);
     if (!int_vector(PyTuple_GET_ITEM(aten_call, 0), entry->weight_size) ||
         !int_vector(PyTuple_GET_ITEM(aten_call, 1), entry->stride) ||
         !int_vector(PyTuple_GET_ITEM(aten_call, 2), entry->padding) ||
-        !int_vector(PyTuple_GET_ITEM(aten_call, 3), entry->dilation) || !PyLong_CheckExact(groups)) {
-      if (!PyErr_Occurred()) type_error("aten_call must hold sequences of ints and an int");
-      return nullptr;
+        !int_vector(PyTuple_GET_ITEM(aten_call, 3), entry->dilation) ||
+        !int_value(PyTuple_GET_ITEM(aten_call, 4), entry->groups)) {
+      return nullptr;  // not kept: the Python path serves it
     }
-    entry->groups = PyLong_AsLongLong(groups);
     entry->weight_strides.assign(entry->weight_size.size(), 0);
     entry->output_padding.assign(entry->stride.size(), 0);
     entry->aten = true;
@@ -426,12 +443,16 @@ std::shared_ptr<Entry> make_entry(PyObject* prepared, PyObject* aten_call) {
 }
 
 PyObject* store(Key&& key, std::shared_ptr<Entry> entry) {
-  if (entry == nullptr) return nullptr;
+  if (entry == nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_FALSE;
+  }
   if (check_context() < 0) Py_RETURN_FALSE;  // (a changed context was dropped: this call is of the new one)
-  if (state->calls.size() >= state->max_calls) state->calls.clear();  // as dispatch.PREPARED_CALLS_SIZE
-  state->calls[std::move(key)] = std::move(entry);
+  if (state->calls.size() >= state->max_calls) drop_calls();  // as dispatch.PREPARED_CALLS_SIZE
+  std::shared_ptr<Entry>& slot = state->calls[std::move(key)];
+  slot.swap(entry);
   Py_RETURN_TRUE;
-}
+}  // a replaced entry goes here, with the table whole
 
 PyObject* keep(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
@@ -455,7 +476,7 @@ PyObject* keep_problem(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* clear(PyObject*, PyObject*) {
-  state->calls.clear();
+  drop_calls();
   Py_RETURN_NONE;
 }
 
