@@ -116,7 +116,8 @@ std::optional<std::string> environment_value(const std::string& name) {
 }
 
 // 1: the kept calls hold; 0: the context changed (the kept calls were dropped, the new context is
-// kept); -1: no usable context (no manager yet, or one without pluggy's plugin table): a miss.
+// kept); -1: no usable context (no manager yet, one without pluggy's plugin table, or a TF32 reading
+// torch refuses): a miss.
 int check_context() {
   bool tf32;
   try {
