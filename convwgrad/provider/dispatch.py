@@ -234,7 +234,7 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
         aten_call = None
     else:
         run, kernels = bound.run, bound.kernels  # a list the run updates stays live: recorded per call
-        aten_call = getattr(bound, "aten_call", None)
+        aten_call = bound.aten_call
     return _PreparedCall(run, kernels, plan.kernel_name, plan.family, plan.workspace_nbytes, input.device,
                          serialise=plan.target.backend == "interpreter", adapt=adapt, problem=problem,
                          aten_call=aten_call)

@@ -220,11 +220,11 @@ def cudnn_conv_allows_tf32() -> bool:
     per-operator API (torch >= 2.9) were mixed, where torch refuses to answer for "cuDNN" as a whole;
     then the convolution operator's own setting decides (``torch.backends.cudnn.conv.fp32_precision``,
     ``"none"`` inheriting cuDNN's, then torch's)."""
-    import torch
-
     try:
         return _legacy_cudnn_allow_tf32()
     except RuntimeError:
+        import torch
+
         for precision in (getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None),
                           getattr(torch.backends.cudnn, "fp32_precision", None),
                           getattr(torch.backends, "fp32_precision", None)):
@@ -235,8 +235,13 @@ def cudnn_conv_allows_tf32() -> bool:
 
 def _legacy_cudnn_allow_tf32() -> bool:
     """torch's own getter behind ``torch.backends.cudnn.allow_tf32`` (~1 us cheaper than the property,
-    which a warm call reads every time)."""
-    import torch
+    which a warm call reads every time), looked up once."""
+    global _legacy_getter
+    if _legacy_getter is None:
+        import torch
 
-    getter = getattr(torch._C, "_get_cudnn_allow_tf32", None)
-    return getter() if getter is not None else torch.backends.cudnn.allow_tf32
+        _legacy_getter = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (lambda: torch.backends.cudnn.allow_tf32)
+    return _legacy_getter()
+
+
+_legacy_getter = None

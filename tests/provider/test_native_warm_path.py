@@ -341,7 +341,8 @@ def test_bad_keep_arguments_are_type_errors_not_crashes(module):
 
 
 def _fresh_process(tmp_path, **environment):
-    """Run a patched-free direct call in a fresh interpreter with ``environment``; its report."""
+    """One direct conv2d_weight call in a fresh interpreter with ``environment``: the native path's status,
+    the call's error against float64 and the warnings it raised."""
     import json
     import os
     import subprocess
