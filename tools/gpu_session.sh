@@ -65,6 +65,8 @@
 #   mmatests  the shifted-MMA family's GPU tests alone
 #   smallmma  issue 10: the shifted-MMA family on small filters (rows >= 14) beside torch's NCHW path and cuDNN CL
 #   heldout  the 50 never-swept random shapes swept and scored against the oracle (HELDOUT_S seconds)
+#   seq1d    issues 10/11's 1-D filters: the shifted-MMA family's sequence kernels (GPU tests), then beside cuDNN,
+#            merged and the Triton shifted family on Conformer, Mamba and long-filter layers, both layouts
 #   native   the native warm path built and loaded (run it before the parts that time or test it)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
@@ -318,6 +320,14 @@ PY
       timeout ${SMALLMMA_LIMIT_S:-150} python3 tools/proto_shifted_mma.py --layouts contiguous channels_last \
         $(python3 -c "import sys; sys.path.insert(0, 'tools'); import proto_shifted_mma as p; print(' '.join('--only ' + l[0] for l in p.SMALL_FILTER_LAYERS))") \
         --json "$OUT/proto_small.json" 2>&1 | grep -v -i warn | tee "$OUT/proto_small.txt" ;;
+    seq1d)
+      OMP_NUM_THREADS=4 timeout ${SEQ_TESTS_LIMIT_S:-150} python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q \
+        -p no:cacheprovider -n 4 -k "sequence or nvrtc" 2>&1 | tee "$OUT/pytest_seq.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      timeout ${SEQ_BENCH_LIMIT_S:-240} python3 tools/family_bench.py --variants tools/variants_mma.py:variants \
+        --layouts contiguous,channels_last --shape name=conformer,N=32,C=256,g=256,L=512,k=31 \
+        --shape name=long-k31,N=32,C=512,g=512,L=2048,k=31 --shape name=mamba,N=16,C=1024,g=1024,L=2048,k=4,p=3 \
+        --shape name=conformer-k15,N=32,C=512,g=512,L=256,k=15 --shape name=hyena-k128,N=8,C=768,g=768,L=1024,k=128,p=64 \
+        --json "$OUT/seq1d.json" 2>&1 | grep -v -i warn | tee "$OUT/seq1d.txt" ;;
     native)
       # issue 9: the native warm path built (and timed) before the parts that load it
       timeout 150 python3 -c "import time; from convwgrad.provider import native; t = time.time(); native.load(); print(native.status(), f'({time.time() - t:.1f} s)')" 2>&1 | tee "$OUT/native_build.txt" ;;

@@ -52,17 +52,26 @@ def _kernel_name(channels: int, small_tile: bool, dilated_cols: bool = False) ->
             f"{'_t16' if small_tile else ''}_kernel")
 
 
+def _sequence_kernel_name(channels: int) -> str:
+    """The source's name for a 1-D stage-1 kernel: wgrad_shifted_mma_seq[_cl<channels>]_kernel."""
+    return f"wgrad_shifted_mma_seq{f'_cl{channels}' if channels else ''}_kernel"
+
+
 def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
     """The source's stage-1 kernel for ``problem``: cooperative over ``channels`` channels (0: the
-    kernel for any strides), of the tap tile the filter needs; the _dilated_cols one for a column
-    dilation above 1 (at 1 the kernel's A loads overlap and nvcc shares them, kernels.cu's mma_row)."""
+    kernel for any strides); for a 2-D problem of the tap tile the filter needs, the _dilated_cols
+    one for a column dilation above 1 (at 1 the kernel's A loads overlap and nvcc shares them,
+    kernels.cu's mma_row); for a 1-D problem a sequence kernel."""
+    if problem.spatial_dims == 1:
+        return _sequence_kernel_name(channels)
     return _kernel_name(channels, max(problem.filter_size) <= SMALL_TILE_FILTER, problem.dilation[-1] > 1)
 
 
 #: Every kernel of the source (its build is checked for spills kernel by kernel).
-KERNEL_NAMES = tuple(_kernel_name(channels, small, dilated) for dilated in (False, True)
-                     for channels in (0, *COOPERATIVE_CHANNEL_COUNTS) for small in (False, True)
-                     if small or not dilated)   # dilated columns: the 16 x 16 tile only (the gate)
+KERNEL_NAMES = (*(_kernel_name(channels, small, dilated) for dilated in (False, True)
+                  for channels in (0, *COOPERATIVE_CHANNEL_COUNTS) for small in (False, True)
+                  if small or not dilated),   # dilated columns: the 16 x 16 tile only (the gate)
+                *(_sequence_kernel_name(channels) for channels in (0, *COOPERATIVE_CHANNEL_COUNTS)))
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
@@ -76,6 +85,15 @@ MAX_RING_SPAN = 31
 #: Elements of each of the two staged copies of an input row (the source's COPY_LEN): every A read of a
 #: 16-column block, up to column 16 x blocks - 1 + DW x (KW - 1) of the padded row, stays in its copy.
 COPY_LEN = 160
+#: Longest 1-D filter: the sequence kernels fold the taps as kx + 16 ky into one m16 x n8 MMA tile.
+SEQUENCE_MAX_FILTER = 128
+#: Positions j a step of the sequence kernels (kernels.cu's SEQ_STEP: four 16-position blocks).
+SEQUENCE_STEP = 64
+#: Positions a unit's prologue stages besides its steps (kernels.cu's SEQ_BACK grad_output positions and the
+#: first 16 input ones): what splitting an image into more units costs.
+SEQUENCE_PROLOGUE = 128 + 16
+#: The sequence kernels index positions with 32-bit ints, to L + left padding + a few steps past it.
+SEQUENCE_MAX_POSITIONS = 2**31 - 4 * SEQUENCE_STEP - SEQUENCE_PROLOGUE
 #: Stage-1 CTAs aimed at: ~8 an SM of 132 over the run, each CTA 4 channels x a run of images.
 #: Chosen before measuring (session 11); the timed layers ran at this value.
 TARGET_CTAS = 132 * 8
@@ -103,8 +121,8 @@ def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
         reasons.append(f"target {target.name}: mma.sync m16n8k16 on bf16 needs sm_80 or newer")
     elif _bindings()[1]:
         reasons.append(_bindings()[1])
-    if problem.spatial_dims != 2:
-        reasons.append(f"spatial_dims={problem.spatial_dims}: the kernel computes 2-D convolutions only")
+    if problem.spatial_dims not in (1, 2):
+        reasons.append(f"spatial_dims={problem.spatial_dims}: the kernels compute 1-D and 2-D convolutions only")
     if problem.cpg != 1 or problem.kpg != 1:
         reasons.append(f"cpg={problem.cpg}, kpg={problem.kpg}: depthwise problems only (one input and one "
                        f"output channel a group)")
@@ -143,9 +161,30 @@ def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
                            f"width {problem.output_size[1]}: the row reads reach column {blocks_end} + {dw} x "
                            f"({fx} - 1) = {blocks_end + dw * (fx - 1)} of the padded row, at most {COPY_LEN} (its "
                            f"staged copy)")
+    if problem.spatial_dims == 1:
+        reasons += _sequence_reasons(problem)
     if spec.tile is None or spec.split_k < 2:
         reasons.append(f"split_k={spec.split_k}: the kernel writes fp32 partials, so it runs in two stages "
                        f"(split_k >= 2)")
+    return reasons
+
+
+def _sequence_reasons(problem: ConvProblem) -> list[str]:
+    """Why the sequence kernels (1-D) cannot run ``problem``."""
+    reasons = []
+    (k,), (length,), (left, _) = problem.filter_size, problem.input_size, problem.padding[0]
+    if tuple(problem.stride) != (1,):
+        reasons.append(f"stride={tuple(problem.stride)}: stride 1 only (the Hankel and shifted views step one "
+                       f"position a column)")
+    if tuple(problem.dilation) != (1,):
+        reasons.append(f"dilation={tuple(problem.dilation)}: the sequence kernels are undilated (a dilated 1-D "
+                       f"filter is not written)")
+    if k > SEQUENCE_MAX_FILTER:
+        reasons.append(f"filter_size={tuple(problem.filter_size)}: at most {SEQUENCE_MAX_FILTER} taps (kx + 16 ky "
+                       f"in one 16 x 8 MMA tile)")
+    if max(length, problem.output_size[0]) + left > SEQUENCE_MAX_POSITIONS:
+        reasons.append(f"input length {length}, padding {left}: positions past {SEQUENCE_MAX_POSITIONS} (the "
+                       f"kernels index a sequence with 32-bit ints)")
     return reasons
 
 
@@ -157,14 +196,52 @@ def validate(problem, spec, target) -> None:
 
 def choose_split_k(problem: ConvProblem) -> int:
     """Splits of the batch: TARGET_CTAS stage-1 CTAs at most one image a split apart, and at
-    least two (the second stage casts the fp32 partials). A split past the batch writes zeros."""
+    least two (the second stage casts the fp32 partials). A split past the batch writes zeros.
+    1-D: splits of the units (sequence_schedule), as many as TARGET_CTAS asks for, each the same
+    number of units apart from the last."""
     ctas_per_split = cdiv(problem.out_channels, WARPS)
+    if problem.spatial_dims == 1:
+        units = sequence_schedule(problem, 1).units_per_split   # one split: all the units
+        return max(2, cdiv(units, cdiv(units, _sequence_target_splits(problem))))
     splits = max(1, min(problem.batch, cdiv(TARGET_CTAS, ctas_per_split)))
     return max(2, cdiv(problem.batch, cdiv(problem.batch, splits)))
 
 
 def images_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
     return cdiv(problem.batch, spec.split_k)
+
+
+def sequence_steps(problem: ConvProblem) -> int:
+    """Steps of SEQUENCE_STEP positions j a 1-D image takes: j runs to the output length plus 16 x (the
+    folded tap rows - 1) (kernels.cu's sequence kernels)."""
+    (k,), (length,) = problem.filter_size, problem.output_size
+    return cdiv(length + 16 * (cdiv(k, 16) - 1), SEQUENCE_STEP)
+
+
+class SequenceSchedule(NamedTuple):
+    """How the sequence kernels share a 1-D batch out: a unit is a run of ``steps_per_unit`` steps of
+    one image (whole images unless the batch has fewer images than splits), a split ``units_per_split``
+    consecutive units."""
+    steps_per_image: int
+    steps_per_unit: int
+    units_per_split: int
+
+
+def _sequence_target_splits(problem: ConvProblem) -> int:
+    """Splits that give TARGET_CTAS stage-1 CTAs, as many as the batch's steps allow."""
+    steps = problem.batch * sequence_steps(problem)
+    return max(1, min(steps, cdiv(TARGET_CTAS, cdiv(problem.out_channels, WARPS)), shared.MAX_SPLIT_K))
+
+
+def sequence_schedule(problem: ConvProblem, split_k: int) -> SequenceSchedule:
+    """The units follow from the problem (whole images where the batch has an image for each of
+    _sequence_target_splits, else images cut into that many units in all), the units a split from
+    ``split_k``: a pinned split_k past the units leaves splits that write zeros."""
+    steps = sequence_steps(problem)
+    units_per_image = min(steps, cdiv(_sequence_target_splits(problem), problem.batch))
+    steps_per_unit = cdiv(steps, units_per_image)
+    units_per_image = cdiv(steps, steps_per_unit)
+    return SequenceSchedule(steps, steps_per_unit, cdiv(problem.batch * units_per_image, split_k))
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:
@@ -200,15 +277,17 @@ def build_cubin(source: bytes, dtype: str, arch: str, name: str = "kernels.cu") 
 
 
 def cooperative_layout(problem: ConvProblem, strides, channels: int) -> bool:
-    """Whether operands of these element strides (input n, c, h, w, then grad_output's) can be read by
-    the cooperative kernel of ``channels`` a CTA: adjacent channels adjacent in memory (channel stride
-    1) and every vector of ``channels`` starting on a multiple of ``channels`` elements. The data
+    """Whether operands of these element strides (input n, c, spatial..., then grad_output's) can be
+    read by the cooperative kernel of ``channels`` a CTA: adjacent channels adjacent in memory (channel
+    stride 1) and every vector of ``channels`` starting on a multiple of ``channels`` elements. The data
     pointers' alignment is checked a call (it is not part of the prepared call's key)."""
     sizes = (*problem.input_shape, *problem.grad_output_shape)
-    # the n, h and w strides of dims longer than 1 (a size-1 dim's stride never multiplies an index)
-    steps = [strides[i] for i in (0, 2, 3, 4, 6, 7) if sizes[i] != 1]
+    rank = len(problem.input_shape)
+    channel_dims = (1, rank + 1)
+    # the n and spatial strides of dims longer than 1 (a size-1 dim's stride never multiplies an index)
+    steps = [stride for i, (stride, size) in enumerate(zip(strides, sizes)) if i not in channel_dims and size != 1]
     return (channels in COOPERATIVE_CHANNEL_COUNTS and problem.out_channels % channels == 0
-            and strides[1] == 1 and strides[5] == 1 and all(s % channels == 0 for s in steps))
+            and all(strides[i] == 1 for i in channel_dims) and all(s % channels == 0 for s in steps))
 
 
 @functools.cache
@@ -226,10 +305,24 @@ def _function(dtype: str, arch: str, device_index: int, name: str):
 
 
 _ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 13 + (ctypes.c_longlong,) * 8  # as KERNEL_PARAMS
+_SEQUENCE_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 9 + (ctypes.c_longlong,) * 6  # as SEQ_PARAMS
+
+
+def _stage1_scalars(problem: ConvProblem, spec: KernelSpec, strides) -> tuple[tuple, tuple]:
+    """The stage-1 kernels' arguments after the three pointers, and the ctypes of all of them."""
+    if problem.spatial_dims == 1:
+        schedule = sequence_schedule(problem, spec.split_k)
+        scalars = (problem.batch, problem.out_channels, *problem.input_size, *problem.output_size,
+                   *problem.filter_size, problem.padding[0][0], *schedule, *strides)
+        return scalars, _SEQUENCE_ARG_TYPES
+    (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
+    scalars = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0],
+               problem.padding[1][0], *problem.dilation, images_per_split(problem, spec), *strides)
+    return scalars, _ARG_TYPES
 
 
 class _Stage1(NamedTuple):
-    """One stage-1 kernel bound for a launch (every kernel of the source takes the same arguments)."""
+    """One stage-1 kernel bound for a launch (the 2-D kernels take KERNEL_PARAMS, the 1-D ones SEQ_PARAMS)."""
     name: str
     function: object
     grid: tuple
@@ -257,9 +350,7 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
         cooperative = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1],
                               (problem.out_channels // channels, spec.split_k, 1), (32 * channels, 1, 1),
                               2 * channels)
-    (fy, fx), (h, w), (oh, ow) = problem.filter_size, problem.input_size, problem.output_size
-    scalars = (problem.batch, problem.out_channels, h, w, oh, ow, fy, fx, problem.padding[0][0],
-               problem.padding[1][0], *problem.dilation, images_per_split(problem, spec), *strides)
+    scalars, arg_types = _stage1_scalars(problem, spec, strides)
     stage1_grid, stage2_grid = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
     # stage 2 is bound to out's strides (a patched layer's dW comes in the weight's strides), as in
@@ -284,7 +375,7 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
         if cooperative is not None and x_ptr % cooperative.alignment == 0 and dy_ptr % cooperative.alignment == 0:
             stage1 = cooperative
         kernels[0] = stage1.name
-        args = ((x_ptr, dy_ptr, partials.data_ptr(), *scalars), _ARG_TYPES)
+        args = ((x_ptr, dy_ptr, partials.data_ptr(), *scalars), arg_types)
         (err,) = driver.cuLaunchKernel(stage1.function, *stage1.grid, *stage1.block, 0, stream, args, 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"{stage1.name}: cuLaunchKernel: {err}")

@@ -219,3 +219,72 @@ def test_every_kernel_built_by_nvrtc_has_no_local_memory(dtype):
         _, function = launcher._function(dtype, arch, torch.cuda.current_device(), name)
         err, local = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function)
         assert err == driver.CUresult.CUDA_SUCCESS and local == 0, (name, err, local)
+
+
+SEQUENCE_LAYERS = {  # 1-D: Conformer, Mamba (causal), one long image (cut into units), the tap tile's edges
+    "conformer-k31": dict(batch=4, groups=256, in_channels=256, input_size=(512,), filter_size=31, padding=15),
+    "mamba-causal-k4": dict(batch=2, groups=64, in_channels=64, input_size=(2048,), filter_size=4,
+                            padding=((3, 0),)),
+    "one-long-image-k31": dict(batch=1, groups=8, in_channels=8, input_size=(16384,), filter_size=31, padding=15),
+    "k128-c12": dict(batch=2, groups=12, in_channels=12, input_size=(300,), filter_size=128, padding=((64, 63),)),
+    "odd-c6-k17": dict(batch=3, groups=6, in_channels=6, input_size=(77,), filter_size=17, padding=8),
+    "one-position-c4": dict(batch=3, groups=4, in_channels=4, input_size=(1,), filter_size=3, padding=1),
+    "k1-c8": dict(batch=2, groups=8, in_channels=8, input_size=(65,), filter_size=1, padding=0),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("layer", sorted(SEQUENCE_LAYERS))
+def test_sequence_kernels_vs_reference(layer, dtype, layout):
+    p = ConvProblem.build(**SEQUENCE_LAYERS[layer], dtype=dtype, layout=layout)
+    outcome = run_checked(p, family=FAMILY, device="cuda", inputs=make_inputs(p, "cuda"))
+    assert outcome.launches[0].kernels[0] == _stage1_kernel(p), outcome.launches
+    assert "_seq" in outcome.launches[0].kernels[0]
+    assert_close_to_reference(outcome, p)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("layer", sorted(SEQUENCE_LAYERS))
+def test_sequence_cooperative_kernel_equals_the_kernel_for_any_strides(layer, dtype):
+    """As for the 2-D kernels: the same MMAs in the same order, only the loads differ; three splits, so
+    that a CTA runs several units (and the long image is cut)."""
+    p = ConvProblem.build(**SEQUENCE_LAYERS[layer], dtype=dtype, layout="channels_last")
+    x, dy = make_inputs(p, "cuda")
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY, split_k=3)
+    cooperative = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, cooperative_channels=4)
+    general = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, cooperative_channels=0)
+    got = _poisoned_run(cooperative, p, chosen, x, dy)
+    assert cooperative.kernels[0] == _stage1_kernel(p, 4)
+    want = _poisoned_run(general, p, chosen, x, dy)
+    assert general.kernels[0] == "wgrad_shifted_mma_seq_kernel"
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert relative_error(got, reference_weight_grad(p, x, dy)) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("split_k", [2, 5, 64])
+def test_sequence_splits_past_the_units_and_bitwise_repeatable(split_k, layout):
+    """Splits cutting the one long image into units, and 64 splits of a 3-image batch (most write zeros)."""
+    for layer in ("one-long-image-k31", "odd-c6-k17"):
+        p = ConvProblem.build(**SEQUENCE_LAYERS[layer], dtype="bf16", layout=layout)
+        inputs = make_inputs(p, "cuda")
+        outcome = run_checked(p, family=FAMILY, device="cuda", inputs=inputs, split_k=split_k)
+        assert_close_to_reference(outcome, p)
+        assert_bitwise_repeatable(p, outcome.plan, *inputs)
+
+
+def test_sequence_operands_with_other_strides_are_read_in_place():
+    """A (N, L, C) activation transposed to (N, C, L), as Mamba's conv1d gets it, and a padded view."""
+    p = ConvProblem.build(**SEQUENCE_LAYERS["conformer-k31"], dtype="bf16", layout="contiguous")
+    x, dy = make_inputs(p, "cuda")
+    transposed_x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    wide_dy = torch.randn(*dy.shape[:2], dy.shape[2] + 3, device="cuda").to(dy.dtype)[..., :dy.shape[2]]
+    wide_dy.copy_(dy)
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY)
+    for x_view, dy_view in ((transposed_x, dy), (x, wide_dy)):
+        with convwgrad.record_launches() as log:
+            out = dispatch_conv_grouped(p, x_view, dy_view, plan=chosen)
+        assert [r.family for r in log] == [FAMILY]
+        reference = reference_weight_grad(p, x_view.contiguous(), dy_view.contiguous())
+        assert relative_error(out, reference) <= TOLERANCE["bf16"]

@@ -1,0 +1,287 @@
+"""The shifted-MMA family's 1-D (sequence) kernels, simulated on the CPU with NumPy exactly as kernels.cu
+does them (their GPU run is tests/plugins/wgrad_shifted_mma/test_shifted_mma_gpu.py): the schedule of units
+and splits (launcher.sequence_schedule), each unit's prologue, the circular input copies and the swizzled
+grad_output buffer (seq_slot), the A pairs and the ldmatrix.x2 rows of a step, the m16n8k16 fragments and the
+folded taps k = kx + 16 ky. Every buffer slot carries the sequence position written there, and every read
+that reaches a kept dW entry is checked to find the position it means (none stale, none overwritten by the
+next step's writes, which are simulated before this step's reads); the simulated dW is checked against a
+direct float64 sum. The source's sm_90 build and bank-conflict-free swizzle are checked too."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+import convwgrad
+from convwgrad.plugins.wgrad_shifted_mma import launcher
+from convwgrad.provider import ConvProblem
+from convwgrad.provider.plan import NoCandidateError, clear_plan_cache
+
+FAMILY = "wgrad_shifted_mma"
+# the source's constants (kernels.cu)
+SEQ_BUF, SEQ_STEP, SEQ_BACK = 256, 64, 128
+LANE = np.arange(32)
+G, T = LANE >> 2, LANE & 3
+
+
+def seq_slot(pos):
+    i = np.asarray(pos) & (SEQ_BUF - 1)
+    return i ^ (((i >> 6) & 1) << 3)
+
+
+class SequenceWarp:
+    """One warp's buffers (zero at the kernel's start) with the position each slot holds, and its
+    accumulator fragment acc[lane, e], over one split's units."""
+
+    def __init__(self, p: ConvProblem):
+        (self.K,), (self.L,), (self.LO,) = p.filter_size, p.input_size, p.output_size
+        self.P = p.padding[0][0]
+        self.tap_rows = math.ceil(self.K / 16)
+        self.xs, self.x_tag = np.zeros(2 * SEQ_BUF), np.full(2 * SEQ_BUF, -10**9)
+        self.ds, self.d_tag = np.zeros(SEQ_BUF), np.full(SEQ_BUF, -10**9)
+        self.acc = np.zeros((32, 4))
+
+    # --- values as the kernel's loads give them (zero outside the sequence)
+    def x_at(self, xn, m):
+        i = m - self.P
+        return xn[i] if 0 <= i < self.L else 0.0
+
+    def dy_at(self, dyn, o):
+        return dyn[o] if 0 <= o < self.LO else 0.0
+
+    # --- writes: seq_put_x, and the grad_output buffer at seq_slot
+    def put_x(self, m, v):
+        for index in (m & (SEQ_BUF - 1), SEQ_BUF + ((m - 1) & (SEQ_BUF - 1))):   # copy 1: one slot back
+            self.xs[index], self.x_tag[index] = v, m
+
+    def put_dy(self, o, v):
+        slot = int(seq_slot(o))
+        self.ds[slot], self.d_tag[slot] = v, o
+
+    def write_step(self, xn, dyn, j0):
+        for lane in range(32):
+            for m in (j0 + 16 + lane, j0 + 48 + lane):
+                self.put_x(m, self.x_at(xn, m))
+            for o in (j0 + lane, j0 + 32 + lane):
+                self.put_dy(o, self.dy_at(dyn, o))
+
+    # --- reads
+    def a_pair(self, q, odd):
+        """lds32 of the pair Xpad[q], Xpad[q + 1] (q per lane) from copy ``odd`` (q's parity)."""
+        assert np.all(q % 2 == odd)
+        index = odd * SEQ_BUF + ((q - odd) & (SEQ_BUF - 1))
+        assert np.all(index % 2 == 0), "unaligned 32-bit A load"
+        assert np.all((index & (SEQ_BUF - 1)) + 1 < SEQ_BUF), "an A pair wraps its copy"
+        tags = self.x_tag[index], self.x_tag[index + 1]
+        assert np.all(tags[0] == q) and np.all(tags[1] == q + 1), ("stale or overwritten input", q)
+        return self.xs[index], self.xs[index + 1]
+
+    def ldmatrix_x2(self, positions):
+        """ldmatrix.x2 at seq_slot(positions[lane]) for lanes 0-15 (matrix lane // 8, row lane % 8): thread
+        T gets row T // 4, columns 2 (T % 4) and + 1 of each matrix."""
+        addr = seq_slot(positions)
+        assert np.all(addr % 8 == 0) and np.all(addr + 8 <= SEQ_BUF), "unaligned or out-of-buffer ldmatrix row"
+        regs = []
+        for i in range(2):
+            row = 8 * i + LANE // 4          # the lane that gave the row
+            slot = addr[row] + 2 * T
+            ky = row & 7
+            kept = ky < self.tap_rows        # columns ky >= tap_rows feed dropped dW entries only
+            want = positions[row] + 2 * T
+            assert np.all(self.d_tag[slot][kept] == want[kept]), ("stale grad_output", want[kept])
+            assert np.all(self.d_tag[slot + 1][kept] == want[kept] + 1)
+            regs.append((self.ds[slot], self.ds[slot + 1]))
+        return regs
+
+    def mma_step(self, j0):
+        odd = G & 1
+        a_pos = 2 * T + G - odd
+        lm_pos = ((LANE >> 3) & 1) * 8 - 16 * (LANE & 7)
+        for cb in range(SEQ_STEP // 16):
+            jb = j0 + 16 * cb
+            # Xpad positions of a0..a3: kx = g (+ 8), j = 2t (+ 8); a1 and a2 are one position
+            a = [self.a_pair(jb + a_pos + odd + shift, odd) for shift in (0, 8, 8, 16)]
+            b = self.ldmatrix_x2(jb + lm_pos)
+            self.mma16816(a, b)
+
+    def mma16816(self, a, b):
+        A, B = np.full((16, 16), np.nan), np.full((16, 8), np.nan)
+        for e in range(2):
+            A[G, 2 * T + e], A[G + 8, 2 * T + e] = a[0][e], a[1][e]
+            A[G, 2 * T + 8 + e], A[G + 8, 2 * T + 8 + e] = a[2][e], a[3][e]
+            B[2 * T + e, G], B[2 * T + 8 + e, G] = b[0][e], b[1][e]
+        assert not np.isnan(A).any() and not np.isnan(B).any()
+        D = A @ B
+        for e in range(4):
+            self.acc[:, e] += D[G + 8 * (e >> 1), 2 * T + (e & 1)]
+
+    def run_split(self, x, dy, schedule, split):
+        """seq_any_strides / seq_cooperative_channels_last over split ``split``'s units of one channel."""
+        steps, per_unit, per_split = schedule
+        units_per_image = math.ceil(steps / per_unit)
+        u_begin = split * per_split
+        u_end = min(len(x) * units_per_image, u_begin + per_split)
+        for u in range(u_begin, u_end):
+            n, s_begin = u // units_per_image, (u % units_per_image) * per_unit
+            s_end = min(steps, s_begin + per_unit)
+            xn, dyn = x[n], dy[n]
+            j0 = s_begin * SEQ_STEP
+            for i in range(SEQ_BACK):
+                self.put_dy(j0 - SEQ_BACK + i, self.dy_at(dyn, j0 - SEQ_BACK + i))
+            for lane in range(16):
+                self.put_x(j0 + lane, self.x_at(xn, j0 + lane))
+            for s in range(s_begin, s_end):
+                self.write_step(xn, dyn, j0)
+                if s + 1 < s_end:   # another lane or warp may write the next step's positions first
+                    self.write_step(xn, dyn, j0 + SEQ_STEP)
+                self.mma_step(j0)
+                j0 += SEQ_STEP
+
+    def store_partial(self):
+        out = np.full(self.K, np.nan)
+        for e in range(4):
+            k = G + 8 * (e >> 1) + 16 * (2 * T + (e & 1))
+            keep = k < self.K
+            assert np.all(np.isnan(out[k[keep]])), "a tap stored twice"
+            out[k[keep]] = self.acc[keep, e]
+        assert not np.isnan(out).any(), "a tap no lane stores"
+        return out
+
+
+def simulate(p: ConvProblem, x, dy, split_k: int):
+    """dW of one channel (x [N, L], dy [N, LO]) as the kernel's splits compute it, summed."""
+    schedule = launcher.sequence_schedule(p, split_k)
+    units = p.batch * math.ceil(schedule.steps_per_image / schedule.steps_per_unit)
+    assert schedule.units_per_split * split_k >= units, "a unit no split runs"
+    dw = np.zeros(p.filter_size)
+    for split in range(split_k):
+        warp = SequenceWarp(p)
+        warp.run_split(x, dy, schedule, split)
+        dw += warp.store_partial()
+    return dw
+
+
+def direct_dw(p: ConvProblem, x, dy):
+    """float64 dW[k] = sum Xpad[n, o + k] dY[n, o]."""
+    (k,), (lo,) = p.filter_size, p.output_size
+    xpad = np.pad(x, ((0, 0), p.padding[0]))
+    return np.array([np.sum(xpad[:, tap:tap + lo] * dy) for tap in range(k)])
+
+
+@pytest.fixture
+def bindings(monkeypatch):
+    """cuda-bindings as if installed: the gate's shape reasons are what is checked."""
+    monkeypatch.setattr(launcher, "_bindings", lambda: ((object(), object()), None))
+    clear_plan_cache()
+    yield
+    monkeypatch.undo()
+    clear_plan_cache()
+
+
+SHAPES = {  # (length, filter, padding, batch); every one admitted by the gate
+    "conformer-k31": (512, 31, 15, 3),
+    "mamba-causal-k4": (300, 4, ((3, 0),), 2),
+    "k1": (70, 1, 0, 2),
+    "k16-one-tap-row": (129, 16, ((15, 0),), 2),
+    "k17-two-tap-rows": (100, 17, 8, 3),
+    "k128-eight-tap-rows": (200, 128, ((64, 63),), 2),
+    "short-5-k31-all-padding": (5, 31, 15, 4),
+    "one-position": (1, 3, 1, 3),
+    "valid-k64": (64, 64, 0, 2),
+    "odd-right-heavy": (333, 45, ((2, 40),), 2),
+}
+
+
+def _problem(length, k, padding, batch):
+    return ConvProblem.build(batch=batch, groups=1, in_channels=1, input_size=(length,), filter_size=k,
+                             padding=padding, dtype="bf16")
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_simulated_sequence_kernel_equals_the_direct_sum(name, bindings):
+    p = _problem(*SHAPES[name])
+    chosen = convwgrad.plan(p, "sm_90", family=FAMILY)   # admitted (NoCandidateError otherwise)
+    assert launcher.stage1_kernel_name(p) == "wgrad_shifted_mma_seq_kernel"
+    rng = np.random.default_rng(len(name))
+    x, dy = rng.standard_normal((p.batch, *p.input_size)), rng.standard_normal((p.batch, *p.output_size))
+    want = direct_dw(p, x, dy)
+    # the planned splits, fewer splits than images, and more (an image cut into units), past every step
+    steps = p.batch * launcher.sequence_steps(p)
+    for split_k in sorted({chosen.spec.split_k, 2, p.batch + 1, 2 * p.batch + 1, steps, steps + 3}):
+        got = simulate(p, x, dy, split_k)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max(), err_msg=f"{split_k=}")
+
+
+def test_a_buffer_one_step_short_breaks_the_simulation(bindings, monkeypatch):
+    """The simulation can fail: with grad_output staged 64 positions less far back (SEQ_BACK 64), the
+    8-tap-row filter's reads of the prologue find positions no one wrote."""
+    p = _problem(*SHAPES["k128-eight-tap-rows"])
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((p.batch, *p.input_size)), rng.standard_normal((p.batch, *p.output_size))
+    monkeypatch.setitem(globals(), "SEQ_BACK", 64)
+    with pytest.raises(AssertionError, match="stale grad_output"):
+        simulate(p, x, dy, 2)
+
+
+def test_the_swizzle_puts_a_b_fragments_rows_in_eight_bank_groups():
+    """seq_slot: the eight rows of an ldmatrix matrix (16 positions apart, 16 bytes each) land in eight
+    different 16-byte bank groups from every 8-aligned start, so ldmatrix.x2 runs conflict-free; the plain
+    circular index would put rows ky and ky + 4 in one group."""
+    for swizzled in (True, False):
+        worst = 0
+        for start in range(0, SEQ_BUF, 8):
+            positions = start - 16 * np.arange(8)
+            slots = seq_slot(positions) if swizzled else positions & (SEQ_BUF - 1)
+            groups = np.bincount((slots // 8) % 8, minlength=8)
+            worst = max(worst, groups.max())
+        assert worst == (1 if swizzled else 2)
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(stride=2), "stride=(2,): stride 1 only"),
+    (dict(dilation=2, padding=30), "dilation=(2,): the sequence kernels are undilated"),
+    (dict(filter_size=129, padding=64), "filter_size=(129,): at most 128 taps"),
+    (dict(dtype="fp32"), "dtype=fp32"),
+    (dict(groups=64, in_channels=128), "cpg=2"),
+])
+def test_1d_refused_with_the_field_and_value(overrides, reason, bindings):
+    kwargs = dict(batch=4, groups=128, in_channels=128, input_size=(512,), filter_size=31, padding=15, dtype="bf16")
+    kwargs.update(overrides)
+    p = ConvProblem.build(**kwargs)
+    with pytest.raises(NoCandidateError, match=re.escape(reason)):
+        convwgrad.plan(p, "sm_90", family=FAMILY)
+
+
+@pytest.mark.parametrize("batch, length, channels, k", [
+    (32, 512, 256, 31),     # Conformer: many images, whole images a unit
+    (1, 16384, 512, 31),    # one long image: cut into units
+    (2, 64, 8, 4),          # fewer steps than the CTAs asked for
+    (16, 2048, 1024, 4),    # Mamba
+])
+def test_sequence_splits_cover_the_batch_with_whole_or_cut_images(batch, length, channels, k, bindings):
+    p = ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(length,), filter_size=k,
+                          padding=k // 2, dtype="bf16")
+    chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
+    split_k = chosen.spec.split_k
+    assert 2 <= split_k <= max(2, batch * launcher.sequence_steps(p))
+    steps, per_unit, per_split = launcher.sequence_schedule(p, split_k)
+    units = batch * math.ceil(steps / per_unit)
+    assert per_split * split_k >= units and per_split * (split_k - 1) < max(units, 2)
+    if batch >= split_k:
+        assert per_unit == steps   # whole images: no unit pays a prologue inside an image
+    assert chosen.grid[0] == (math.ceil(channels / launcher.WARPS), split_k, 1)
+    assert chosen.workspace_nbytes == split_k * math.prod(p.weight_size) * 4
+
+
+def test_1d_cooperative_layout_is_channels_last_vectors(bindings):
+    import torch
+
+    p = ConvProblem.build(batch=4, groups=64, in_channels=64, input_size=(100,), filter_size=31, padding=15,
+                          dtype="bf16", layout="channels_last")
+    cl = torch.empty(4, 100, 64, device="meta").transpose(1, 2)   # (N, C, L) with channel stride 1
+    nchw = torch.empty(4, 64, 100, device="meta")
+    assert launcher.cooperative_layout(p, (*cl.stride(), *cl.stride()), 4)
+    assert not launcher.cooperative_layout(p, (*nchw.stride(), *nchw.stride()), 4)
+    assert launcher.stage1_kernel_name(p, 4) == "wgrad_shifted_mma_seq_cl4_kernel"
+    assert launcher.stage1_kernel_name(p, 4) in launcher.KERNEL_NAMES
