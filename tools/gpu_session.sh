@@ -323,10 +323,7 @@ PY
     seq1d)
       OMP_NUM_THREADS=4 timeout ${SEQ_TESTS_LIMIT_S:-150} python3 -m pytest tests/plugins/wgrad_shifted_mma -m gpu -q \
         -p no:cacheprovider -n 4 -k "sequence or nvrtc" 2>&1 | tee "$OUT/pytest_seq.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
-      timeout ${SEQ_BENCH_LIMIT_S:-240} python3 tools/family_bench.py --variants tools/variants_mma.py:variants \
-        --layouts contiguous,channels_last --shape name=conformer,N=32,C=256,g=256,L=512,k=31 \
-        --shape name=long-k31,N=32,C=512,g=512,L=2048,k=31 --shape name=mamba,N=16,C=1024,g=1024,L=2048,k=4,p=3 \
-        --shape name=conformer-k15,N=32,C=512,g=512,L=256,k=15 --shape name=hyena-k128,N=8,C=768,g=768,L=1024,k=128,p=64 \
+      timeout ${SEQ_BENCH_LIMIT_S:-240} python3 tools/seq_bench.py --layers ${SEQ_LAYERS:-conformer,long-k31,mamba,conformer-k15,hyena-k128} \
         --json "$OUT/seq1d.json" 2>&1 | grep -v -i warn | tee "$OUT/seq1d.txt" ;;
     native)
       # issue 9: the native warm path built (and timed) before the parts that load it

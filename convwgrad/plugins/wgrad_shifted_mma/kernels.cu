@@ -360,29 +360,31 @@ TILE16_KERNELS(wgrad_shifted_mma_dilated_cols, true, 4)
 // 16 positions j and 128 tap slots (a 31-tap filter fills 24 % of them, a 4-tap one 3 %): ~1 GFLOP a Conformer
 // layer (L 512, C 256, N 32), far under its memory time, so the kernel's cost is the staging, not the MMAs.
 // j runs over 0 .. LO + 16 (KR - 1) (KR = ceil(K / 16) tap rows; past LO the kept columns read zeros), in steps
-// of 64 positions (four 16-position blocks); a unit is a run of steps of one image (the launcher splits an image
-// into units only when the batch has too few images for the splits), a split a run of units.
-// Per warp (one channel) the sequences sit in circular buffers of SEQ_BUF positions:
+// of STEP positions (16-position blocks); a unit is a run of steps of one image (the launcher cuts an image into
+// units only when the batch has too few images for the splits), a split a run of units.
+// Per warp (one channel) the sequences sit in circular buffers of BUF = 4 STEP positions:
 // - the input twice, as in the 2-D kernels (copy 1 one element back: every (kx, j..j+1) pair of an A fragment is
-//   one aligned 32-bit load); a step writes positions j0 + 16 .. j0 + 79 and reads j0 .. j0 + 78;
+//   one aligned 32-bit load); a step writes positions j0 + 16 .. j0 + STEP + 15 and reads j0 .. j0 + STEP + 14;
 // - grad_output once, its 8-element chunks swizzled (seq_slot) so that the eight ldmatrix rows of a B fragment,
-//   16 positions apart, hit eight bank groups; a step writes j0 .. j0 + 63 and reads j0 - 112 .. j0 + 63.
-// A step's writes never alias what the previous step reads (the distances are 1-143 and 1-239 positions, under
-// SEQ_BUF), so one barrier a step (after the writes) is enough, as for the 2-D kernels' ring. A unit's prologue
-// stages the SEQ_BACK grad_output positions before its first step (zeros before the image) and the first 16
-// input positions, after a barrier (the previous unit's steps may still read).
-#define SEQ_BUF 256
-#define SEQ_STEP 64
+//   16 positions apart, hit eight bank groups; a step writes j0 .. j0 + STEP - 1 and reads j0 - 112 .. j0 + STEP - 1.
+// A step's writes never alias what the previous step reads (the distances stay under 2 STEP + 112 < BUF), so one
+// barrier a step (after the writes) is enough, as for the 2-D kernels' ring. A unit's prologue stages the SEQ_BACK
+// grad_output positions before its first step (zeros before the image) and the first 16 input positions, after a
+// barrier (the previous unit's steps may still read).
+// STEP: 64 or 128 positions (kernels _seq and _seq_s128): a longer step has each lane's loads for twice the
+// positions in flight at once.
 #define SEQ_BACK 128
 
+template <int BUF>
 __device__ __forceinline__ int seq_slot(int pos) {
-    const int i = pos & (SEQ_BUF - 1);
+    const int i = pos & (BUF - 1);
     return i ^ (((i >> 6) & 1) << 3);
 }
 
+template <int BUF>
 __device__ __forceinline__ void seq_put_x(elem_t* xs, int m, elem_t v) {
-    xs[m & (SEQ_BUF - 1)] = v;
-    xs[SEQ_BUF + ((m - 1) & (SEQ_BUF - 1))] = v;
+    xs[m & (BUF - 1)] = v;
+    xs[BUF + ((m - 1) & (BUF - 1))] = v;
 }
 
 __device__ __forceinline__ elem_t seq_x(const elem_t* xn, int m, int P, int L, long long sxw) {
@@ -399,27 +401,27 @@ __device__ __forceinline__ void ldsm_x2(u32& r0, u32& r1, const elem_t* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
 }
 
-// One step of one warp: D[kx, ky] += A[kx, j] B[j, ky] over the four 16-position blocks from j0.
+// One step of one warp: D[kx, ky] += A[kx, j] B[j, ky] over the STEP / 16 blocks of 16 positions from j0.
+template <int STEP, int BUF>
 __device__ __forceinline__ void seq_mma_step(float (&acc)[4], const elem_t* xs, const elem_t* ds, int j0, int lane) {
     const int g = lane >> 2, t = lane & 3;
     // A[kx = g + 8 h, j = 2t, 2t + 1] = Xpad[jb + 2t + g + 8h ..]: the pair starts on an odd position where g is
-    // odd, so copy 1 holds it aligned, one element back
+    // odd, so copy 1 holds it aligned, one element back; a1 and a2 are one pair (A[kx + 8, j] = A[kx, j + 8])
     const int odd = g & 1;
-    const elem_t* copy = xs + odd * SEQ_BUF;
+    const elem_t* copy = xs + odd * BUF;
     const int a_pos = 2 * t + g - odd;
     // ldmatrix.x2 rows (lanes 0-15; 16-31 repeat them): matrix lane / 8 holds positions jb + 8 (lane / 8) .. + 7 of
     // B column ky = lane % 8, i.e. grad_output positions jb + 8 (lane / 8) - 16 ky
     const int lm_pos = ((lane >> 3) & 1) * 8 - 16 * (lane & 7);
 #pragma unroll
-    for (int cb = 0; cb < SEQ_STEP / 16; ++cb) {
+    for (int cb = 0; cb < STEP / 16; ++cb) {
         const int jb = j0 + 16 * cb;
-        u32 a0 = lds32(copy + ((jb + a_pos) & (SEQ_BUF - 1)));
-        u32 a1 = lds32(copy + ((jb + a_pos + 8) & (SEQ_BUF - 1)));
-        u32 a2 = lds32(copy + ((jb + a_pos + 8) & (SEQ_BUF - 1)));
-        u32 a3 = lds32(copy + ((jb + a_pos + 16) & (SEQ_BUF - 1)));
+        const u32 a0 = lds32(copy + ((jb + a_pos) & (BUF - 1)));
+        const u32 a1 = lds32(copy + ((jb + a_pos + 8) & (BUF - 1)));
+        const u32 a3 = lds32(copy + ((jb + a_pos + 16) & (BUF - 1)));
         u32 b0, b1;
-        ldsm_x2(b0, b1, ds + seq_slot(jb + lm_pos));
-        mma16816(acc, a0, a1, a2, a3, b0, b1);
+        ldsm_x2(b0, b1, ds + seq_slot<BUF>(jb + lm_pos));
+        mma16816(acc, a0, a1, a1, a3, b0, b1);
     }
 }
 
@@ -442,10 +444,13 @@ __device__ __forceinline__ void seq_store_partial(const float (&acc)[4], float* 
 #define SEQ_ARGS x, dy, part, N, C, L, LO, K, P, steps_per_image, steps_per_unit, units_per_split, sxn, sxc, sxw, \
     sdn, sdc, sdw
 
-// Any strides: each warp loads its own channel (2-byte loads), no CTA barrier.
+// Any strides: each warp loads its own channel (2-byte loads, STEP / 32 of each operand a lane a step), no CTA
+// barrier.
+template <int STEP>
 __device__ __forceinline__ void seq_any_strides(SEQ_PARAMS) {
-    __shared__ __align__(16) elem_t xs_all[WARPS][2 * SEQ_BUF];
-    __shared__ __align__(16) elem_t ds_all[WARPS][SEQ_BUF];
+    constexpr int BUF = 4 * STEP, PER_LANE = STEP / 32;
+    __shared__ __align__(16) elem_t xs_all[WARPS][2 * BUF];
+    __shared__ __align__(16) elem_t ds_all[WARPS][BUF];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c = blockIdx.x * WARPS + warp, split = blockIdx.y;
     if (c >= C) return;   // whole warps only: no CTA barrier follows
@@ -460,52 +465,61 @@ __device__ __forceinline__ void seq_any_strides(SEQ_PARAMS) {
         const int s_end = min(steps_per_image, s_begin + steps_per_unit);
         const elem_t* xn = x + n * sxn + c * sxc;
         const elem_t* dyn = dy + n * sdn + c * sdc;
-        int j0 = s_begin * SEQ_STEP;
+        int j0 = s_begin * STEP;
         __syncwarp();   // the previous unit's steps are done with the buffers
         for (int i = lane; i < SEQ_BACK; i += 32) {
             const int o = j0 - SEQ_BACK + i;
-            ds[seq_slot(o)] = seq_dy(dyn, o, LO, sdw);
+            ds[seq_slot<BUF>(o)] = seq_dy(dyn, o, LO, sdw);
         }
-        if (lane < 16) seq_put_x(xs, j0 + lane, seq_x(xn, j0 + lane, P, L, sxw));
-        // this step's positions a lane: input j0 + 16 + lane and + 32, grad_output j0 + lane and + 32
-        elem_t xv0 = seq_x(xn, j0 + 16 + lane, P, L, sxw), xv1 = seq_x(xn, j0 + 48 + lane, P, L, sxw);
-        elem_t dv0 = seq_dy(dyn, j0 + lane, LO, sdw), dv1 = seq_dy(dyn, j0 + 32 + lane, LO, sdw);
-        for (int s = s_begin; s < s_end; ++s, j0 += SEQ_STEP) {
-            seq_put_x(xs, j0 + 16 + lane, xv0);
-            seq_put_x(xs, j0 + 48 + lane, xv1);
-            ds[seq_slot(j0 + lane)] = dv0;
-            ds[seq_slot(j0 + 32 + lane)] = dv1;
+        if (lane < 16) seq_put_x<BUF>(xs, j0 + lane, seq_x(xn, j0 + lane, P, L, sxw));
+        // this step's positions a lane: input j0 + 16 + lane + 32 i, grad_output j0 + lane + 32 i
+        elem_t xv[PER_LANE], dv[PER_LANE];
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            xv[i] = seq_x(xn, j0 + 16 + lane + 32 * i, P, L, sxw);
+            dv[i] = seq_dy(dyn, j0 + lane + 32 * i, LO, sdw);
+        }
+        for (int s = s_begin; s < s_end; ++s, j0 += STEP) {
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) {
+                seq_put_x<BUF>(xs, j0 + 16 + lane + 32 * i, xv[i]);
+                ds[seq_slot<BUF>(j0 + lane + 32 * i)] = dv[i];
+            }
             if (s + 1 < s_end) {   // prefetch the next step's while this one's MMAs run
-                const int j1 = j0 + SEQ_STEP;
-                xv0 = seq_x(xn, j1 + 16 + lane, P, L, sxw);
-                xv1 = seq_x(xn, j1 + 48 + lane, P, L, sxw);
-                dv0 = seq_dy(dyn, j1 + lane, LO, sdw);
-                dv1 = seq_dy(dyn, j1 + 32 + lane, LO, sdw);
+                const int j1 = j0 + STEP;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; ++i) {
+                    xv[i] = seq_x(xn, j1 + 16 + lane + 32 * i, P, L, sxw);
+                    dv[i] = seq_dy(dyn, j1 + lane + 32 * i, LO, sdw);
+                }
             }
             __syncwarp();
-            seq_mma_step(acc, xs, ds, j0, lane);
+            seq_mma_step<STEP, BUF>(acc, xs, ds, j0, lane);
         }
     }
     seq_store_partial(acc, part, split, C, c, K, lane);
 }
 
 // Channels_last with cooperative loads, as cooperative_channels_last: the CTA's CH warps own CH adjacent channels,
-// one CH * 2-byte vector load a position brings a position to all of them (threads 0-63: the step's 64 input
-// positions, 64-127: its 64 grad_output positions), one CTA barrier a step publishes them. Launcher's conditions:
-// channel stride 1 in both operands, C and the n and position strides multiples of CH, pointers aligned to the vector.
-template <int CH>
+// one CH * 2-byte vector load a position brings a position to all of them (threads 0-63: the step's input
+// positions, 64-127: its grad_output positions, STEP / 64 each), one CTA barrier a step publishes them. Launcher's
+// conditions: channel stride 1 in both operands, C and the n and position strides multiples of CH, pointers
+// aligned to the vector.
+template <int CH, int STEP>
 __device__ __forceinline__ void seq_cooperative_channels_last(SEQ_PARAMS) {
     typedef typename ChannelVector<CH>::type vec_t;
     union Channels { vec_t v; elem_t e[CH]; };
-    __shared__ __align__(16) elem_t xs_all[CH][2 * SEQ_BUF];
-    __shared__ __align__(16) elem_t ds_all[CH][SEQ_BUF];
+    constexpr int BUF = 4 * STEP, PER_THREAD = STEP / 64;
+    static_assert(32 * CH == 128, "64 input and 64 grad_output loaders");
+    __shared__ __align__(16) elem_t xs_all[CH][2 * BUF];
+    __shared__ __align__(16) elem_t ds_all[CH][BUF];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int c0 = blockIdx.x * CH, split = blockIdx.y;   // every channel of the CTA exists (C % CH == 0)
     const int units_per_image = (steps_per_image + steps_per_unit - 1) / steps_per_unit;
     const long long u_begin = (long long)split * units_per_split;
     const long long u_end = min((long long)N * units_per_image, u_begin + units_per_split);
     const int col = tid & 63;
-    const bool x_loader = tid < 64;   // 32 * CH = 128 threads: the rest load grad_output
+    const bool x_loader = tid < 64;
     const vec_t zero = {};
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (long long u = u_begin; u < u_end; ++u) {
@@ -513,52 +527,66 @@ __device__ __forceinline__ void seq_cooperative_channels_last(SEQ_PARAMS) {
         const int s_end = min(steps_per_image, s_begin + steps_per_unit);
         const elem_t* xn = x + n * sxn + c0;
         const elem_t* dyn = dy + n * sdn + c0;
-        int j0 = s_begin * SEQ_STEP;
+        int j0 = s_begin * STEP;
         __syncthreads();   // every warp is done with the previous unit's positions
         {   // the prologue: grad_output positions j0 - SEQ_BACK .. j0 - 1 (one a thread), input j0 .. j0 + 15
             const int o = j0 - SEQ_BACK + tid;
             Channels v;
             v.v = (unsigned)o < (unsigned)LO ? *reinterpret_cast<const vec_t*>(dyn + o * sdw) : zero;
 #pragma unroll
-            for (int k = 0; k < CH; ++k) ds_all[k][seq_slot(o)] = v.e[k];
+            for (int k = 0; k < CH; ++k) ds_all[k][seq_slot<BUF>(o)] = v.e[k];
             if (tid < 16) {
                 const int i = j0 + tid - P;
                 v.v = (unsigned)i < (unsigned)L ? *reinterpret_cast<const vec_t*>(xn + i * sxw) : zero;
 #pragma unroll
-                for (int k = 0; k < CH; ++k) seq_put_x(xs_all[k], j0 + tid, v.e[k]);
+                for (int k = 0; k < CH; ++k) seq_put_x<BUF>(xs_all[k], j0 + tid, v.e[k]);
             }
         }
-        // this thread's position of the step: input j0 + 16 + col, or grad_output j0 + col
-        Channels v;
-        {
-            const int i = j0 + 16 + col - P, o = j0 + col;
-            v.v = x_loader ? ((unsigned)i < (unsigned)L ? *reinterpret_cast<const vec_t*>(xn + i * sxw) : zero)
-                           : ((unsigned)o < (unsigned)LO ? *reinterpret_cast<const vec_t*>(dyn + o * sdw) : zero);
+        // this thread's positions of the step: input j0 + 16 + col + 64 i, or grad_output j0 + col + 64 i
+        Channels v[PER_THREAD];
+#pragma unroll
+        for (int r = 0; r < PER_THREAD; ++r) {
+            const int i = j0 + 16 + col + 64 * r - P, o = j0 + col + 64 * r;
+            v[r].v = x_loader ? ((unsigned)i < (unsigned)L ? *reinterpret_cast<const vec_t*>(xn + i * sxw) : zero)
+                              : ((unsigned)o < (unsigned)LO ? *reinterpret_cast<const vec_t*>(dyn + o * sdw) : zero);
         }
-        for (int s = s_begin; s < s_end; ++s, j0 += SEQ_STEP) {
-            if (x_loader) {
+        for (int s = s_begin; s < s_end; ++s, j0 += STEP) {
 #pragma unroll
-                for (int k = 0; k < CH; ++k) seq_put_x(xs_all[k], j0 + 16 + col, v.e[k]);
-            } else {
+            for (int r = 0; r < PER_THREAD; ++r) {
+                if (x_loader) {
 #pragma unroll
-                for (int k = 0; k < CH; ++k) ds_all[k][seq_slot(j0 + col)] = v.e[k];
+                    for (int k = 0; k < CH; ++k) seq_put_x<BUF>(xs_all[k], j0 + 16 + col + 64 * r, v[r].e[k]);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < CH; ++k) ds_all[k][seq_slot<BUF>(j0 + col + 64 * r)] = v[r].e[k];
+                }
+                v[r].v = zero;
             }
-            v.v = zero;
             if (s + 1 < s_end) {
-                const int i = j0 + SEQ_STEP + 16 + col - P, o = j0 + SEQ_STEP + col;
-                if (x_loader) { if ((unsigned)i < (unsigned)L) v.v = *reinterpret_cast<const vec_t*>(xn + i * sxw); }
-                else if ((unsigned)o < (unsigned)LO) v.v = *reinterpret_cast<const vec_t*>(dyn + o * sdw);
+#pragma unroll
+                for (int r = 0; r < PER_THREAD; ++r) {
+                    const int i = j0 + STEP + 16 + col + 64 * r - P, o = j0 + STEP + col + 64 * r;
+                    if (x_loader) {
+                        if ((unsigned)i < (unsigned)L) v[r].v = *reinterpret_cast<const vec_t*>(xn + i * sxw);
+                    } else if ((unsigned)o < (unsigned)LO) {
+                        v[r].v = *reinterpret_cast<const vec_t*>(dyn + o * sdw);
+                    }
+                }
             }
             __syncthreads();
-            seq_mma_step(acc, xs_all[warp], ds_all[warp], j0, lane);
+            seq_mma_step<STEP, BUF>(acc, xs_all[warp], ds_all[warp], j0, lane);
         }
     }
     seq_store_partial(acc, part, split, C, c0 + warp, K, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * WARPS) wgrad_shifted_mma_seq_kernel(SEQ_PARAMS) {
-    seq_any_strides(SEQ_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(32 * 4) wgrad_shifted_mma_seq_cl4_kernel(SEQ_PARAMS) {
-    seq_cooperative_channels_last<4>(SEQ_ARGS);
-}
+// The kernels, by name: wgrad_shifted_mma_seq[_cl4][_s128]_kernel (launcher._sequence_kernel_name).
+#define SEQUENCE_KERNELS(SUFFIX, STEP)                                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) wgrad_shifted_mma_seq##SUFFIX##_kernel(SEQ_PARAMS) {  \
+        seq_any_strides<STEP>(SEQ_ARGS);                                                                          \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * 4) wgrad_shifted_mma_seq_cl4##SUFFIX##_kernel(SEQ_PARAMS) {  \
+        seq_cooperative_channels_last<4, STEP>(SEQ_ARGS);                                                         \
+    }
+SEQUENCE_KERNELS(, 64)
+SEQUENCE_KERNELS(_s128, 128)

@@ -46,24 +46,39 @@ COOPERATIVE_CHANNELS = 4
 SMALL_TILE_FILTER = 16
 
 
+#: Longest 1-D filter: the sequence kernels fold the taps as kx + 16 ky into one m16 x n8 MMA tile.
+SEQUENCE_MAX_FILTER = 128
+#: Positions j a step of the sequence kernels that exist (kernels.cu's STEP: 16-position blocks; each lane's loads
+#: for a step are in flight together), and the one the family runs. Chosen before measuring (session 16): 64,
+#: the 2-D kernels' row of four blocks; 128 is built to be timed beside it.
+SEQUENCE_STEPS = (64, 128)
+SEQUENCE_STEP = 64
+#: Positions a unit's prologue stages besides its steps (kernels.cu's SEQ_BACK grad_output positions and the
+#: first 16 input ones): what splitting an image into more units costs.
+SEQUENCE_PROLOGUE = 128 + 16
+#: The sequence kernels index positions with 32-bit ints, to L + left padding + a few steps past it.
+SEQUENCE_MAX_POSITIONS = 2**31 - 4 * SEQUENCE_STEP - SEQUENCE_PROLOGUE
+
 def _kernel_name(channels: int, small_tile: bool, dilated_cols: bool = False) -> str:
     """The source's name for a stage-1 kernel: wgrad_shifted_mma[_dilated_cols][_cl<channels>][_t16]_kernel."""
     return (f"wgrad_shifted_mma{'_dilated_cols' if dilated_cols else ''}{f'_cl{channels}' if channels else ''}"
             f"{'_t16' if small_tile else ''}_kernel")
 
 
-def _sequence_kernel_name(channels: int) -> str:
-    """The source's name for a 1-D stage-1 kernel: wgrad_shifted_mma_seq[_cl<channels>]_kernel."""
-    return f"wgrad_shifted_mma_seq{f'_cl{channels}' if channels else ''}_kernel"
+def _sequence_kernel_name(channels: int, step: int) -> str:
+    """The source's name for a 1-D stage-1 kernel: wgrad_shifted_mma_seq[_cl<channels>][_s<step>]_kernel."""
+    return (f"wgrad_shifted_mma_seq{f'_cl{channels}' if channels else ''}"
+            f"{f'_s{step}' if step != SEQUENCE_STEPS[0] else ''}_kernel")
 
 
-def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
+def stage1_kernel_name(problem: ConvProblem, channels: int = 0, sequence_step: int | None = None) -> str:
     """The source's stage-1 kernel for ``problem``: cooperative over ``channels`` channels (0: the
     kernel for any strides); for a 2-D problem of the tap tile the filter needs, the _dilated_cols
     one for a column dilation above 1 (at 1 the kernel's A loads overlap and nvcc shares them,
-    kernels.cu's mma_row); for a 1-D problem a sequence kernel."""
+    kernels.cu's mma_row); for a 1-D problem the sequence kernel of ``sequence_step`` positions a
+    step (None: SEQUENCE_STEP)."""
     if problem.spatial_dims == 1:
-        return _sequence_kernel_name(channels)
+        return _sequence_kernel_name(channels, sequence_step or SEQUENCE_STEP)
     return _kernel_name(channels, max(problem.filter_size) <= SMALL_TILE_FILTER, problem.dilation[-1] > 1)
 
 
@@ -71,7 +86,8 @@ def stage1_kernel_name(problem: ConvProblem, channels: int = 0) -> str:
 KERNEL_NAMES = (*(_kernel_name(channels, small, dilated) for dilated in (False, True)
                   for channels in (0, *COOPERATIVE_CHANNEL_COUNTS) for small in (False, True)
                   if small or not dilated),   # dilated columns: the 16 x 16 tile only (the gate)
-                *(_sequence_kernel_name(channels) for channels in (0, *COOPERATIVE_CHANNEL_COUNTS)))
+                *(_sequence_kernel_name(channels, step) for step in SEQUENCE_STEPS
+                  for channels in (0, *COOPERATIVE_CHANNEL_COUNTS)))
 #: Largest filter side: the tile is 32 kx x 32 ky (two m16 and four n8 MMA tiles).
 MAX_FILTER = 32
 #: Widest input and output rows: four 16-column blocks of one warp, and the shared row copies' length.
@@ -85,15 +101,6 @@ MAX_RING_SPAN = 31
 #: Elements of each of the two staged copies of an input row (the source's COPY_LEN): every A read of a
 #: 16-column block, up to column 16 x blocks - 1 + DW x (KW - 1) of the padded row, stays in its copy.
 COPY_LEN = 160
-#: Longest 1-D filter: the sequence kernels fold the taps as kx + 16 ky into one m16 x n8 MMA tile.
-SEQUENCE_MAX_FILTER = 128
-#: Positions j a step of the sequence kernels (kernels.cu's SEQ_STEP: four 16-position blocks).
-SEQUENCE_STEP = 64
-#: Positions a unit's prologue stages besides its steps (kernels.cu's SEQ_BACK grad_output positions and the
-#: first 16 input ones): what splitting an image into more units costs.
-SEQUENCE_PROLOGUE = 128 + 16
-#: The sequence kernels index positions with 32-bit ints, to L + left padding + a few steps past it.
-SEQUENCE_MAX_POSITIONS = 2**31 - 4 * SEQUENCE_STEP - SEQUENCE_PROLOGUE
 #: Stage-1 CTAs aimed at: ~8 an SM of 132 over the run, each CTA 4 channels x a run of images.
 #: Chosen before measuring (session 11); the timed layers ran at this value.
 TARGET_CTAS = 132 * 8
@@ -211,11 +218,11 @@ def images_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
     return cdiv(problem.batch, spec.split_k)
 
 
-def sequence_steps(problem: ConvProblem) -> int:
-    """Steps of SEQUENCE_STEP positions j a 1-D image takes: j runs to the output length plus 16 x (the
+def sequence_steps(problem: ConvProblem, step: int = SEQUENCE_STEP) -> int:
+    """Steps of ``step`` positions j a 1-D image takes: j runs to the output length plus 16 x (the
     folded tap rows - 1) (kernels.cu's sequence kernels)."""
     (k,), (length,) = problem.filter_size, problem.output_size
-    return cdiv(length + 16 * (cdiv(k, 16) - 1), SEQUENCE_STEP)
+    return cdiv(length + 16 * (cdiv(k, 16) - 1), step)
 
 
 class SequenceSchedule(NamedTuple):
@@ -227,18 +234,18 @@ class SequenceSchedule(NamedTuple):
     units_per_split: int
 
 
-def _sequence_target_splits(problem: ConvProblem) -> int:
+def _sequence_target_splits(problem: ConvProblem, step: int = SEQUENCE_STEP) -> int:
     """Splits that give TARGET_CTAS stage-1 CTAs, as many as the batch's steps allow."""
-    steps = problem.batch * sequence_steps(problem)
+    steps = problem.batch * sequence_steps(problem, step)
     return max(1, min(steps, cdiv(TARGET_CTAS, cdiv(problem.out_channels, WARPS)), shared.MAX_SPLIT_K))
 
 
-def sequence_schedule(problem: ConvProblem, split_k: int) -> SequenceSchedule:
+def sequence_schedule(problem: ConvProblem, split_k: int, step: int = SEQUENCE_STEP) -> SequenceSchedule:
     """The units follow from the problem (whole images where the batch has an image for each of
     _sequence_target_splits, else images cut into that many units in all), the units a split from
     ``split_k``: a pinned split_k past the units leaves splits that write zeros."""
-    steps = sequence_steps(problem)
-    units_per_image = min(steps, cdiv(_sequence_target_splits(problem), problem.batch))
+    steps = sequence_steps(problem, step)
+    units_per_image = min(steps, cdiv(_sequence_target_splits(problem, step), problem.batch))
     steps_per_unit = cdiv(steps, units_per_image)
     units_per_image = cdiv(steps, steps_per_unit)
     return SequenceSchedule(steps, steps_per_unit, cdiv(problem.batch * units_per_image, split_k))
@@ -308,10 +315,10 @@ _ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 13 + (ctypes.c_longlong,
 _SEQUENCE_ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 9 + (ctypes.c_longlong,) * 6  # as SEQ_PARAMS
 
 
-def _stage1_scalars(problem: ConvProblem, spec: KernelSpec, strides) -> tuple[tuple, tuple]:
+def _stage1_scalars(problem: ConvProblem, spec: KernelSpec, strides, step: int) -> tuple[tuple, tuple]:
     """The stage-1 kernels' arguments after the three pointers, and the ctypes of all of them."""
     if problem.spatial_dims == 1:
-        schedule = sequence_schedule(problem, spec.split_k)
+        schedule = sequence_schedule(problem, spec.split_k, step)
         scalars = (problem.batch, problem.out_channels, *problem.input_size, *problem.output_size,
                    *problem.filter_size, problem.padding[0][0], *schedule, *strides)
         return scalars, _SEQUENCE_ARG_TYPES
@@ -330,9 +337,13 @@ class _Stage1(NamedTuple):
     alignment: int  # bytes both data pointers must be aligned to
 
 
-def prepare(problem, spec, target, input, grad_output, out, cooperative_channels=None) -> BoundLaunch:
+def prepare(problem, spec, target, input, grad_output, out, cooperative_channels=None,
+            sequence_step=None) -> BoundLaunch:
     """The bound launch; ``cooperative_channels`` overrides COOPERATIVE_CHANNELS (benchmarks: 0 runs the
-    kernel for any strides)."""
+    kernel for any strides), ``sequence_step`` SEQUENCE_STEP (one of SEQUENCE_STEPS)."""
+    step = sequence_step or SEQUENCE_STEP
+    if step not in SEQUENCE_STEPS:
+        raise ValueError(f"sequence_step={sequence_step}: the source has steps {SEQUENCE_STEPS}")
     validate(problem, spec, target)
     # the kernel reads any strides in place (every layout; the prepared call is bound to these strides:
     # dispatch keys its prepared calls by them, a patched layer's remembered call checks them).
@@ -346,11 +357,11 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
     channels = COOPERATIVE_CHANNELS if cooperative_channels is None else cooperative_channels
     cooperative = None
     if channels and cooperative_layout(problem, strides, channels):
-        name = stage1_kernel_name(problem, channels)
+        name = stage1_kernel_name(problem, channels, step)
         cooperative = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1],
                               (problem.out_channels // channels, spec.split_k, 1), (32 * channels, 1, 1),
                               2 * channels)
-    scalars, arg_types = _stage1_scalars(problem, spec, strides)
+    scalars, arg_types = _stage1_scalars(problem, spec, strides, step)
     stage1_grid, stage2_grid = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
     # stage 2 is bound to out's strides (a patched layer's dW comes in the weight's strides), as in
@@ -362,7 +373,7 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
                                  device_index if shared.direct_launch_supported() else None)
     nbytes = workspace_nbytes(problem, spec)
     size, dtype = problem.weight_size, input.dtype
-    name = stage1_kernel_name(problem)
+    name = stage1_kernel_name(problem, 0, step)
     general = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1], stage1_grid,
                       (32 * WARPS, 1, 1), 1)
     kernels = [name, shared._splitk_reduce_kernel.__name__]  # the run names the stage-1 kernel it chose

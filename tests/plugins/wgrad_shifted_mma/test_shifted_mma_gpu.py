@@ -288,3 +288,18 @@ def test_sequence_operands_with_other_strides_are_read_in_place():
         assert [r.family for r in log] == [FAMILY]
         reference = reference_weight_grad(p, x_view.contiguous(), dy_view.contiguous())
         assert relative_error(out, reference) <= TOLERANCE["bf16"]
+
+
+@pytest.mark.parametrize("step", launcher.SEQUENCE_STEPS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layer", ["conformer-k31", "one-long-image-k31", "k128-c12", "odd-c6-k17"])
+def test_sequence_kernels_of_every_step_vs_reference(layer, layout, step):
+    """Each built step length (the family runs SEQUENCE_STEP; the others are built to be timed) over
+    NaN-poisoned dW and workspace."""
+    p = ConvProblem.build(**SEQUENCE_LAYERS[layer], dtype="bf16", layout=layout)
+    x, dy = make_inputs(p, "cuda")
+    chosen = convwgrad.plan(p, "cuda", family=FAMILY, split_k=3)
+    bound = launcher.prepare(p, chosen.spec, chosen.target, x, dy, None, sequence_step=step)
+    got = _poisoned_run(bound, p, chosen, x, dy)
+    assert bound.kernels[0] == launcher.stage1_kernel_name(p, 4 if "_cl4" in bound.kernels[0] else 0, step)
+    assert relative_error(got, reference_weight_grad(p, x, dy)) <= TOLERANCE["bf16"]

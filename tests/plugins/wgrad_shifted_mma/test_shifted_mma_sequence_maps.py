@@ -19,14 +19,14 @@ from convwgrad.provider import ConvProblem
 from convwgrad.provider.plan import NoCandidateError, clear_plan_cache
 
 FAMILY = "wgrad_shifted_mma"
-# the source's constants (kernels.cu)
-SEQ_BUF, SEQ_STEP, SEQ_BACK = 256, 64, 128
+# the source's constant (kernels.cu); a kernel's buffers hold 4 STEP positions
+SEQ_BACK = 128
 LANE = np.arange(32)
 G, T = LANE >> 2, LANE & 3
 
 
-def seq_slot(pos):
-    i = np.asarray(pos) & (SEQ_BUF - 1)
+def seq_slot(pos, buf):
+    i = np.asarray(pos) & (buf - 1)
     return i ^ (((i >> 6) & 1) << 3)
 
 
@@ -34,7 +34,9 @@ class SequenceWarp:
     """One warp's buffers (zero at the kernel's start) with the position each slot holds, and its
     accumulator fragment acc[lane, e], over one split's units."""
 
-    def __init__(self, p: ConvProblem):
+    def __init__(self, p: ConvProblem, step: int):
+        self.STEP, self.BUF = step, 4 * step
+        SEQ_BUF = self.BUF
         (self.K,), (self.L,), (self.LO,) = p.filter_size, p.input_size, p.output_size
         self.P = p.padding[0][0]
         self.tap_rows = math.ceil(self.K / 16)
@@ -52,23 +54,25 @@ class SequenceWarp:
 
     # --- writes: seq_put_x, and the grad_output buffer at seq_slot
     def put_x(self, m, v):
+        SEQ_BUF = self.BUF
         for index in (m & (SEQ_BUF - 1), SEQ_BUF + ((m - 1) & (SEQ_BUF - 1))):   # copy 1: one slot back
             self.xs[index], self.x_tag[index] = v, m
 
     def put_dy(self, o, v):
-        slot = int(seq_slot(o))
+        slot = int(seq_slot(o, self.BUF))
         self.ds[slot], self.d_tag[slot] = v, o
 
     def write_step(self, xn, dyn, j0):
         for lane in range(32):
-            for m in (j0 + 16 + lane, j0 + 48 + lane):
+            for i in range(self.STEP // 32):
+                m, o = j0 + 16 + lane + 32 * i, j0 + lane + 32 * i
                 self.put_x(m, self.x_at(xn, m))
-            for o in (j0 + lane, j0 + 32 + lane):
                 self.put_dy(o, self.dy_at(dyn, o))
 
     # --- reads
     def a_pair(self, q, odd):
         """lds32 of the pair Xpad[q], Xpad[q + 1] (q per lane) from copy ``odd`` (q's parity)."""
+        SEQ_BUF = self.BUF
         assert np.all(q % 2 == odd)
         index = odd * SEQ_BUF + ((q - odd) & (SEQ_BUF - 1))
         assert np.all(index % 2 == 0), "unaligned 32-bit A load"
@@ -80,8 +84,8 @@ class SequenceWarp:
     def ldmatrix_x2(self, positions):
         """ldmatrix.x2 at seq_slot(positions[lane]) for lanes 0-15 (matrix lane // 8, row lane % 8): thread
         T gets row T // 4, columns 2 (T % 4) and + 1 of each matrix."""
-        addr = seq_slot(positions)
-        assert np.all(addr % 8 == 0) and np.all(addr + 8 <= SEQ_BUF), "unaligned or out-of-buffer ldmatrix row"
+        addr = seq_slot(positions, self.BUF)
+        assert np.all(addr % 8 == 0) and np.all(addr + 8 <= self.BUF), "unaligned or out-of-buffer ldmatrix row"
         regs = []
         for i in range(2):
             row = 8 * i + LANE // 4          # the lane that gave the row
@@ -98,7 +102,7 @@ class SequenceWarp:
         odd = G & 1
         a_pos = 2 * T + G - odd
         lm_pos = ((LANE >> 3) & 1) * 8 - 16 * (LANE & 7)
-        for cb in range(SEQ_STEP // 16):
+        for cb in range(self.STEP // 16):
             jb = j0 + 16 * cb
             # Xpad positions of a0..a3: kx = g (+ 8), j = 2t (+ 8); a1 and a2 are one position
             a = [self.a_pair(jb + a_pos + odd + shift, odd) for shift in (0, 8, 8, 16)]
@@ -126,7 +130,7 @@ class SequenceWarp:
             n, s_begin = u // units_per_image, (u % units_per_image) * per_unit
             s_end = min(steps, s_begin + per_unit)
             xn, dyn = x[n], dy[n]
-            j0 = s_begin * SEQ_STEP
+            j0 = s_begin * self.STEP
             for i in range(SEQ_BACK):
                 self.put_dy(j0 - SEQ_BACK + i, self.dy_at(dyn, j0 - SEQ_BACK + i))
             for lane in range(16):
@@ -134,9 +138,9 @@ class SequenceWarp:
             for s in range(s_begin, s_end):
                 self.write_step(xn, dyn, j0)
                 if s + 1 < s_end:   # another lane or warp may write the next step's positions first
-                    self.write_step(xn, dyn, j0 + SEQ_STEP)
+                    self.write_step(xn, dyn, j0 + self.STEP)
                 self.mma_step(j0)
-                j0 += SEQ_STEP
+                j0 += self.STEP
 
     def store_partial(self):
         out = np.full(self.K, np.nan)
@@ -149,14 +153,14 @@ class SequenceWarp:
         return out
 
 
-def simulate(p: ConvProblem, x, dy, split_k: int):
+def simulate(p: ConvProblem, x, dy, split_k: int, step: int = launcher.SEQUENCE_STEP):
     """dW of one channel (x [N, L], dy [N, LO]) as the kernel's splits compute it, summed."""
-    schedule = launcher.sequence_schedule(p, split_k)
+    schedule = launcher.sequence_schedule(p, split_k, step)
     units = p.batch * math.ceil(schedule.steps_per_image / schedule.steps_per_unit)
     assert schedule.units_per_split * split_k >= units, "a unit no split runs"
     dw = np.zeros(p.filter_size)
     for split in range(split_k):
-        warp = SequenceWarp(p)
+        warp = SequenceWarp(p, step)
         warp.run_split(x, dy, schedule, split)
         dw += warp.store_partial()
     return dw
@@ -198,8 +202,9 @@ def _problem(length, k, padding, batch):
                              padding=padding, dtype="bf16")
 
 
+@pytest.mark.parametrize("step", launcher.SEQUENCE_STEPS)
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_simulated_sequence_kernel_equals_the_direct_sum(name, bindings):
+def test_simulated_sequence_kernel_equals_the_direct_sum(name, step, bindings):
     p = _problem(*SHAPES[name])
     chosen = convwgrad.plan(p, "sm_90", family=FAMILY)   # admitted (NoCandidateError otherwise)
     assert launcher.stage1_kernel_name(p) == "wgrad_shifted_mma_seq_kernel"
@@ -207,9 +212,9 @@ def test_simulated_sequence_kernel_equals_the_direct_sum(name, bindings):
     x, dy = rng.standard_normal((p.batch, *p.input_size)), rng.standard_normal((p.batch, *p.output_size))
     want = direct_dw(p, x, dy)
     # the planned splits, fewer splits than images, and more (an image cut into units), past every step
-    steps = p.batch * launcher.sequence_steps(p)
+    steps = p.batch * launcher.sequence_steps(p, step)
     for split_k in sorted({chosen.spec.split_k, 2, p.batch + 1, 2 * p.batch + 1, steps, steps + 3}):
-        got = simulate(p, x, dy, split_k)
+        got = simulate(p, x, dy, split_k, step)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max(), err_msg=f"{split_k=}")
 
 
@@ -228,11 +233,11 @@ def test_the_swizzle_puts_a_b_fragments_rows_in_eight_bank_groups():
     """seq_slot: the eight rows of an ldmatrix matrix (16 positions apart, 16 bytes each) land in eight
     different 16-byte bank groups from every 8-aligned start, so ldmatrix.x2 runs conflict-free; the plain
     circular index would put rows ky and ky + 4 in one group."""
-    for swizzled in (True, False):
+    for swizzled, buf in ((True, 256), (True, 512), (False, 256)):
         worst = 0
-        for start in range(0, SEQ_BUF, 8):
+        for start in range(0, buf, 8):
             positions = start - 16 * np.arange(8)
-            slots = seq_slot(positions) if swizzled else positions & (SEQ_BUF - 1)
+            slots = seq_slot(positions, buf) if swizzled else positions & (buf - 1)
             groups = np.bincount((slots // 8) % 8, minlength=8)
             worst = max(worst, groups.max())
         assert worst == (1 if swizzled else 2)
@@ -284,4 +289,7 @@ def test_1d_cooperative_layout_is_channels_last_vectors(bindings):
     assert launcher.cooperative_layout(p, (*cl.stride(), *cl.stride()), 4)
     assert not launcher.cooperative_layout(p, (*nchw.stride(), *nchw.stride()), 4)
     assert launcher.stage1_kernel_name(p, 4) == "wgrad_shifted_mma_seq_cl4_kernel"
-    assert launcher.stage1_kernel_name(p, 4) in launcher.KERNEL_NAMES
+    assert launcher.stage1_kernel_name(p, 4, 128) == "wgrad_shifted_mma_seq_cl4_s128_kernel"
+    for step in launcher.SEQUENCE_STEPS:
+        for channels in (0, 4):
+            assert launcher.stage1_kernel_name(p, channels, step) in launcher.KERNEL_NAMES
