@@ -13,9 +13,11 @@ element from global memory and is bound by that (session 3's ncu).
 
 Admitted: 2-D depthwise, stride 1, filters up to 32 x 32, rows up to 64 wide, dilation where the
 ring and the staged row hold the dilated filter (DH x (KH - 1) <= 31, OW rounded up to 16 +
-DW x (KW - 1) <= 160), bf16 and fp16, operands of any strides (NCHW, channels_last and views are
-read in place), CUDA sm_80+ with cuda-bindings (NVRTC and the driver API). Everything else is
-refused with its reason (stride and wider rows are not written yet).
+DW x (KW - 1) <= 160); 1-D depthwise, stride 1, undilated, filters up to 128 taps (the sequence
+kernels: the taps folded as kx + 16 ky into one m16 x n8 tile, the sequence staged in circular
+buffers); bf16 and fp16, operands of any strides (NCHW, channels_last and views are read in place),
+CUDA sm_80+ with cuda-bindings (NVRTC and the driver API). Everything else is refused with its
+reason (stride and wider rows are not written yet).
 
 Routing: opt-in (``selectors.routing.OPT_IN_FAMILIES``); the router gives it the class it was
 measured faster on, per layout (``routing.SHIFTED_MMA_MEASURED``: NCHW from 13x13, channels_last from 27x27),
@@ -68,8 +70,9 @@ class ShiftedMMAFamilyPlugin(FamilyPlugin):
 plugin = ShiftedMMAFamilyPlugin(
     name=FAMILY,
     priority=PRIORITY,
-    description="depthwise 2-D dW of large filters as a shifted GEMM on mma.sync (CUDA C++ by NVRTC): input rows "
-                "and a ring of grad_output rows staged in shared memory, every tap once; deterministic split",
+    description="depthwise 2-D dW of large filters (and 1-D, filters up to 128 taps) as a shifted GEMM on mma.sync "
+                "(CUDA C++ by NVRTC): input rows and a ring of grad_output rows staged in shared memory, every tap "
+                "once; deterministic split",
     splits_k=True,
     max_split_k=launcher.shared.MAX_SPLIT_K,
     candidate_specs=candidate_specs,
