@@ -374,6 +374,10 @@ TILE16_KERNELS(wgrad_shifted_mma_dilated_cols, true, 4)
 // STEP: 64 or 128 positions (kernels _seq and _seq_s128): a longer step has each lane's loads for twice the
 // positions in flight at once.
 #define SEQ_BACK 128
+// Copy 1 of the staged input starts SEQ_COPY1 = BUF + 32 elements in (16 words past a multiple of the 32 banks), so
+// that the odd-g lanes' A loads from copy 1 and the even-g lanes' from copy 0 fall in different banks (at BUF they
+// were a 2-way conflict on every A load; the 2-D kernels' COPY_LEN 160 does the same).
+#define SEQ_COPY1(BUF) ((BUF) + 32)
 
 template <int BUF>
 __device__ __forceinline__ int seq_slot(int pos) {
@@ -384,7 +388,7 @@ __device__ __forceinline__ int seq_slot(int pos) {
 template <int BUF>
 __device__ __forceinline__ void seq_put_x(elem_t* xs, int m, elem_t v) {
     xs[m & (BUF - 1)] = v;
-    xs[BUF + ((m - 1) & (BUF - 1))] = v;
+    xs[SEQ_COPY1(BUF) + ((m - 1) & (BUF - 1))] = v;
 }
 
 __device__ __forceinline__ elem_t seq_x(const elem_t* xn, int m, int P, int L, long long sxw) {
@@ -408,7 +412,7 @@ __device__ __forceinline__ void seq_mma_step(float (&acc)[4], const elem_t* xs, 
     // A[kx = g + 8 h, j = 2t, 2t + 1] = Xpad[jb + 2t + g + 8h ..]: the pair starts on an odd position where g is
     // odd, so copy 1 holds it aligned, one element back; a1 and a2 are one pair (A[kx + 8, j] = A[kx, j + 8])
     const int odd = g & 1;
-    const elem_t* copy = xs + odd * BUF;
+    const elem_t* copy = xs + odd * SEQ_COPY1(BUF);
     const int a_pos = 2 * t + g - odd;
     // ldmatrix.x2 rows (lanes 0-15; 16-31 repeat them): matrix lane / 8 holds positions jb + 8 (lane / 8) .. + 7 of
     // B column ky = lane % 8, i.e. grad_output positions jb + 8 (lane / 8) - 16 ky
@@ -449,7 +453,7 @@ __device__ __forceinline__ void seq_store_partial(const float (&acc)[4], float* 
 template <int STEP>
 __device__ __forceinline__ void seq_any_strides(SEQ_PARAMS) {
     constexpr int BUF = 4 * STEP, PER_LANE = STEP / 32;
-    __shared__ __align__(16) elem_t xs_all[WARPS][2 * BUF];
+    __shared__ __align__(16) elem_t xs_all[WARPS][SEQ_COPY1(BUF) + BUF];
     __shared__ __align__(16) elem_t ds_all[WARPS][BUF];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c = blockIdx.x * WARPS + warp, split = blockIdx.y;
@@ -510,8 +514,9 @@ __device__ __forceinline__ void seq_cooperative_channels_last(SEQ_PARAMS) {
     typedef typename ChannelVector<CH>::type vec_t;
     union Channels { vec_t v; elem_t e[CH]; };
     constexpr int BUF = 4 * STEP, PER_THREAD = STEP / 64;
-    static_assert(32 * CH == 128, "64 input and 64 grad_output loaders");
-    __shared__ __align__(16) elem_t xs_all[CH][2 * BUF];
+    static_assert(32 * CH == 128 && SEQ_BACK == 32 * CH, "64 input and 64 grad_output loaders; the prologue's "
+                                                          "SEQ_BACK positions one a thread");
+    __shared__ __align__(16) elem_t xs_all[CH][SEQ_COPY1(BUF) + BUF];
     __shared__ __align__(16) elem_t ds_all[CH][BUF];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int c0 = blockIdx.x * CH, split = blockIdx.y;   // every channel of the CTA exists (C % CH == 0)

@@ -230,6 +230,8 @@ SEQUENCE_LAYERS = {  # 1-D: Conformer, Mamba (causal), one long image (cut into 
     "odd-c6-k17": dict(batch=3, groups=6, in_channels=6, input_size=(77,), filter_size=17, padding=8),
     "one-position-c4": dict(batch=3, groups=4, in_channels=4, input_size=(1,), filter_size=3, padding=1),
     "k1-c8": dict(batch=2, groups=8, in_channels=8, input_size=(65,), filter_size=1, padding=0),
+    # 1024 channels: one split an image, units of 33-65 steps (each step's writes beside the previous reads)
+    "many-steps-c1024": dict(batch=2, groups=1024, in_channels=1024, input_size=(4096,), filter_size=31, padding=15),
 }
 
 
@@ -292,7 +294,7 @@ def test_sequence_operands_with_other_strides_are_read_in_place():
 
 @pytest.mark.parametrize("step", launcher.SEQUENCE_STEPS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("layer", ["conformer-k31", "one-long-image-k31", "k128-c12", "odd-c6-k17"])
+@pytest.mark.parametrize("layer", ["conformer-k31", "one-long-image-k31", "k128-c12", "odd-c6-k17", "many-steps-c1024"])
 def test_sequence_kernels_of_every_step_vs_reference(layer, layout, step):
     """Each built step length (the family runs SEQUENCE_STEP; the others are built to be timed) over
     NaN-poisoned dW and workspace."""

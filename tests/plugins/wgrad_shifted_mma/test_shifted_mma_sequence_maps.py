@@ -5,7 +5,7 @@ grad_output buffer (seq_slot), the A pairs and the ldmatrix.x2 rows of a step, t
 folded taps k = kx + 16 ky. Every buffer slot carries the sequence position written there, and every read
 that reaches a kept dW entry is checked to find the position it means (none stale, none overwritten by the
 next step's writes, which are simulated before this step's reads); the simulated dW is checked against a
-direct float64 sum. The source's sm_90 build and bank-conflict-free swizzle are checked too."""
+direct float64 sum. The bank maps of the A loads and of the swizzle are checked too (the sm_90 build: test_shifted_mma_gate.py)."""
 
 import math
 import re
@@ -34,13 +34,14 @@ class SequenceWarp:
     """One warp's buffers (zero at the kernel's start) with the position each slot holds, and its
     accumulator fragment acc[lane, e], over one split's units."""
 
-    def __init__(self, p: ConvProblem, step: int):
-        self.STEP, self.BUF = step, 4 * step
+    def __init__(self, p: ConvProblem, step: int, buf_steps: int = 4):
+        self.STEP, self.BUF = step, buf_steps * step
+        self.COPY1 = self.BUF + 32   # kernels.cu's SEQ_COPY1
         SEQ_BUF = self.BUF
         (self.K,), (self.L,), (self.LO,) = p.filter_size, p.input_size, p.output_size
         self.P = p.padding[0][0]
         self.tap_rows = math.ceil(self.K / 16)
-        self.xs, self.x_tag = np.zeros(2 * SEQ_BUF), np.full(2 * SEQ_BUF, -10**9)
+        self.xs, self.x_tag = np.zeros(self.COPY1 + SEQ_BUF), np.full(self.COPY1 + SEQ_BUF, -10**9)
         self.ds, self.d_tag = np.zeros(SEQ_BUF), np.full(SEQ_BUF, -10**9)
         self.acc = np.zeros((32, 4))
 
@@ -55,7 +56,7 @@ class SequenceWarp:
     # --- writes: seq_put_x, and the grad_output buffer at seq_slot
     def put_x(self, m, v):
         SEQ_BUF = self.BUF
-        for index in (m & (SEQ_BUF - 1), SEQ_BUF + ((m - 1) & (SEQ_BUF - 1))):   # copy 1: one slot back
+        for index in (m & (SEQ_BUF - 1), self.COPY1 + ((m - 1) & (SEQ_BUF - 1))):   # copy 1: one slot back
             self.xs[index], self.x_tag[index] = v, m
 
     def put_dy(self, o, v):
@@ -74,9 +75,10 @@ class SequenceWarp:
         """lds32 of the pair Xpad[q], Xpad[q + 1] (q per lane) from copy ``odd`` (q's parity)."""
         SEQ_BUF = self.BUF
         assert np.all(q % 2 == odd)
-        index = odd * SEQ_BUF + ((q - odd) & (SEQ_BUF - 1))
+        within = (q - odd) & (SEQ_BUF - 1)
+        index = odd * self.COPY1 + within
         assert np.all(index % 2 == 0), "unaligned 32-bit A load"
-        assert np.all((index & (SEQ_BUF - 1)) + 1 < SEQ_BUF), "an A pair wraps its copy"
+        assert np.all(within + 1 < SEQ_BUF), "an A pair wraps its copy"
         tags = self.x_tag[index], self.x_tag[index + 1]
         assert np.all(tags[0] == q) and np.all(tags[1] == q + 1), ("stale or overwritten input", q)
         return self.xs[index], self.xs[index + 1]
@@ -153,14 +155,14 @@ class SequenceWarp:
         return out
 
 
-def simulate(p: ConvProblem, x, dy, split_k: int, step: int = launcher.SEQUENCE_STEP):
+def simulate(p: ConvProblem, x, dy, split_k: int, step: int = launcher.SEQUENCE_STEP, buf_steps: int = 4):
     """dW of one channel (x [N, L], dy [N, LO]) as the kernel's splits compute it, summed."""
     schedule = launcher.sequence_schedule(p, split_k, step)
     units = p.batch * math.ceil(schedule.steps_per_image / schedule.steps_per_unit)
     assert schedule.units_per_split * split_k >= units, "a unit no split runs"
     dw = np.zeros(p.filter_size)
     for split in range(split_k):
-        warp = SequenceWarp(p, step)
+        warp = SequenceWarp(p, step, buf_steps)
         warp.run_split(x, dy, schedule, split)
         dw += warp.store_partial()
     return dw
@@ -197,15 +199,19 @@ SHAPES = {  # (length, filter, padding, batch); every one admitted by the gate
 }
 
 
-def _problem(length, k, padding, batch):
-    return ConvProblem.build(batch=batch, groups=1, in_channels=1, input_size=(length,), filter_size=k,
-                             padding=padding, dtype="bf16")
+def _problem(length, k, padding, batch, channels=4096):
+    """One channel is simulated; the channel count sets the schedule: 4096 channels (1024 CTAs a split) make
+    one split per image, so units are whole images of many steps (a step's writes land beside the previous
+    step's reads), 1 channel cuts every image into one-step units (each re-staged by a prologue)."""
+    return ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(length,),
+                             filter_size=k, padding=padding, dtype="bf16")
 
 
+@pytest.mark.parametrize("channels", [4096, 1], ids=["whole-images", "one-step-units"])
 @pytest.mark.parametrize("step", launcher.SEQUENCE_STEPS)
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_simulated_sequence_kernel_equals_the_direct_sum(name, step, bindings):
-    p = _problem(*SHAPES[name])
+def test_simulated_sequence_kernel_equals_the_direct_sum(name, step, channels, bindings):
+    p = _problem(*SHAPES[name], channels=channels)
     chosen = convwgrad.plan(p, "sm_90", family=FAMILY)   # admitted (NoCandidateError otherwise)
     assert launcher.stage1_kernel_name(p) == "wgrad_shifted_mma_seq_kernel"
     rng = np.random.default_rng(len(name))
@@ -227,6 +233,35 @@ def test_a_buffer_one_step_short_breaks_the_simulation(bindings, monkeypatch):
     monkeypatch.setitem(globals(), "SEQ_BACK", 64)
     with pytest.raises(AssertionError, match="stale grad_output"):
         simulate(p, x, dy, 2)
+
+
+@pytest.mark.parametrize("step", launcher.SEQUENCE_STEPS)
+def test_buffers_of_two_steps_break_the_simulation(step, bindings):
+    """Buffers of 2 STEP positions instead of 4: a step's writes overwrite what the previous step still reads
+    (units of many steps), and the position tags catch it."""
+    p = _problem(2000, 31, 15, 2)
+    rng = np.random.default_rng(1)
+    x, dy = rng.standard_normal((p.batch, *p.input_size)), rng.standard_normal((p.batch, *p.output_size))
+    assert launcher.sequence_schedule(p, 2, step).steps_per_unit > 2
+    simulate(p, x, dy, 2, step)   # the kernel's buffers: right
+    with pytest.raises(AssertionError, match="stale or overwritten"):
+        simulate(p, x, dy, 2, step, buf_steps=2)
+
+
+def test_copy_one_keeps_a_loads_off_copy_zeros_banks():
+    """The odd-g lanes read copy 1, the even-g ones copy 0, in one A load: with copy 1 at SEQ_COPY1 = BUF + 32
+    elements the 32 lanes' words fall in distinct banks or share a word (a broadcast); at BUF they conflict."""
+    for copy1, conflict_free in ((256 + 32, True), (256, False)):
+        worst = 1
+        for jb in range(0, 256, 16):
+            for shift in (0, 8, 16):
+                odd = G & 1
+                element = odd * copy1 + ((jb + 2 * T + G - odd + shift) & 255)
+                words = element // 2
+                for bank in range(32):
+                    distinct = set(words[words % 32 == bank].tolist())
+                    worst = max(worst, len(distinct))
+        assert (worst == 1) == conflict_free
 
 
 def test_the_swizzle_puts_a_b_fragments_rows_in_eight_bank_groups():
