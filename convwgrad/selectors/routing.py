@@ -278,10 +278,29 @@ SHIFTED_MMA_DILATED_MEASUREMENT = (
     "NCHW path")
 
 
+#: Fewest taps of the 1-D class the shifted-MMA family's sequence kernels take (bf16 depthwise, stride 1,
+#: undilated, both layouts; channels_last runs the cooperative cl4 kernel). H100, graph replay, same process
+#: (tools/seq_bench.py, notes/PERF.md "Session 16"), the family's planned split, against merged (the router's
+#: choice before) and cuDNN: Conformer L512 C256 k31 N=32 NCHW 25.5 us (merged 79.7, cuDNN 199.2), channels_last
+#: 23.8 (56.6, 256.3); L256 C512 k15 N=32 24.5 / 22.8 (40.8 / 29.5); L2048 C512 k31 N=32 166 / 157 (578 / 372);
+#: Hyena-like L1024 C768 k128 N=8 37 / 35 (571 / 289). It lost on Mamba's k=4 (L2048 C1024 N=16: 157 / 150
+#: against merged's 133 / 77): 128 tap slots a position for 4 taps, and the staging binds either way.
+SHIFTED_MMA_SEQUENCE_FROM_TAPS = 15
+LAYOUTS_MEASURED_1D = ("contiguous", "channels_last")
+SHIFTED_MMA_SEQUENCE_MEASUREMENT = (
+    f"H100, 2026-12-07: bf16 1-D depthwise filters of >= {SHIFTED_MMA_SEQUENCE_FROM_TAPS} taps (stride 1, undilated), "
+    "both layouts: 1.3-15x merged and 4-35x cuDNN on Conformer k=15/31, a k=31 L=2048 layer and a k=128 one")
+
+
 def _shifted_mma_measured_faster(problem) -> str | None:
     """The class the shifted-MMA family was measured faster on (bf16, a layout of SHIFTED_MMA_MEASURED,
     stride-1 depthwise 2-D filters, output rows of >= 14 columns; undilated: at least that layout's
-    taps; dilated: the classes routed off cuDNN, SHIFTED_MMA_DILATED_MEASUREMENT): its measurement, or None."""
+    taps; dilated: the classes routed off cuDNN, SHIFTED_MMA_DILATED_MEASUREMENT; 1-D: the sequence kernels'
+    class, SHIFTED_MMA_SEQUENCE_MEASUREMENT): its measurement, or None."""
+    if (problem.spatial_dims == 1 and problem.cpg == 1 and problem.kpg == 1 and problem.dtype == "bf16"
+            and problem.layout in LAYOUTS_MEASURED_1D and tuple(problem.stride) == (1,)
+            and tuple(problem.dilation) == (1,) and problem.filter_size[0] >= SHIFTED_MMA_SEQUENCE_FROM_TAPS):
+        return SHIFTED_MMA_SEQUENCE_MEASUREMENT
     if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
             or problem.layout not in SHIFTED_MMA_MEASURED or any(s != 1 for s in problem.stride)):
         return None  # fp16 runs the same kernel but was not timed; the rest it refuses or was not measured on

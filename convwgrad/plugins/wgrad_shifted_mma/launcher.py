@@ -302,6 +302,9 @@ def _function(dtype: str, arch: str, device_index: int, name: str):
     """Kernel ``name`` loaded into ``device_index``'s primary context (torch's)."""
     (driver, _), _ = _bindings()
     with torch.cuda.device(device_index):  # cudaSetDevice makes the primary context current
+        # ...once the runtime has made it: in a process whose first CUDA work is this load (a test worker
+        # that has only queried the device) cuModuleLoadData found no context (H100, session 16)
+        torch.cuda.synchronize(device_index)
         err, module = driver.cuModuleLoadData(_cubin(dtype, arch))
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuModuleLoadData({SOURCE.name}, sm_{arch}): {err}")

@@ -24,6 +24,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/GradMode.h>  // AutoGradMode: torch 2.11's ATen.h does not bring it in
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>

@@ -305,3 +305,26 @@ def test_sequence_kernels_of_every_step_vs_reference(layer, layout, step):
     got = _poisoned_run(bound, p, chosen, x, dy)
     assert bound.kernels[0] == launcher.stage1_kernel_name(p, 4 if "_cl4" in bound.kernels[0] else 0, step)
     assert relative_error(got, reference_weight_grad(p, x, dy)) <= TOLERANCE["bf16"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_router_gives_it_1d_filters_and_a_patched_conv1d_uses_it(layout):
+    p = ConvProblem.build(**SEQUENCE_LAYERS["conformer-k31"], dtype="bf16", layout=layout)
+    assert convwgrad.plan(p, "cuda").family == FAMILY
+    torch.manual_seed(0)
+    stock = torch.nn.Conv1d(256, 256, 31, padding=15, groups=256, bias=False).cuda()
+    patched = convwgrad.patch(torch.nn.Conv1d(256, 256, 31, padding=15, groups=256, bias=False).cuda())
+    patched.load_state_dict(stock.state_dict())
+    x = torch.randn(4, 256, 512, device="cuda")
+    if layout == "channels_last":
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = patched(x)
+        dy = torch.randn_like(out)
+        with convwgrad.record_launches() as log:
+            out.backward(dy)
+        stock(x).backward(dy)
+    torch.cuda.synchronize()
+    assert [r.family for r in log] == [FAMILY] and "_seq" in log[0].kernels[0], log
+    reference = reference_weight_grad(p, x.bfloat16(), dy.bfloat16())
+    assert relative_error(patched.weight.grad, reference) <= TOLERANCE["bf16"]

@@ -328,3 +328,25 @@ def test_1d_cooperative_layout_is_channels_last_vectors(bindings):
     for step in launcher.SEQUENCE_STEPS:
         for channels in (0, 4):
             assert launcher.stage1_kernel_name(p, channels, step) in launcher.KERNEL_NAMES
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("overrides, routed", [
+    (dict(filter_size=31, padding=15), True),      # Conformer: 25.5 / 23.8 us against merged's 79.7 / 56.6 (H100)
+    (dict(filter_size=15, padding=7), True),       # the smallest filter measured faster
+    (dict(filter_size=128, padding=64), True),
+    (dict(filter_size=4, padding=3), False),       # Mamba: merged measured faster (133 / 77 against 157 / 150)
+    (dict(filter_size=13, padding=6), False),      # below the taps measured
+    (dict(filter_size=31, padding=15, dtype="fp16"), False),   # same kernels, not timed
+    (dict(filter_size=31, padding=15, stride=2), False),
+])
+def test_1d_routed_only_on_its_measured_class(overrides, routed, layout, bindings):
+    from convwgrad.selectors import routing
+
+    kwargs = dict(batch=32, groups=256, in_channels=256, input_size=(512,), dtype="bf16", layout=layout)
+    kwargs.update(overrides)
+    chosen = convwgrad.plan(ConvProblem.build(**kwargs), "sm_90")
+    assert (chosen.family == FAMILY) == routed, (chosen.family, chosen.rule)
+    if routed:
+        assert "1-D depthwise" in chosen.rule and "H100" in chosen.rule
+    assert (routing._shifted_mma_measured_faster(ConvProblem.build(**kwargs)) is not None) == routed
