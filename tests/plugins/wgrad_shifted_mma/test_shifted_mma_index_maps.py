@@ -16,14 +16,13 @@ import convwgrad
 from convwgrad.plugins.wgrad_shifted_mma import launcher
 from convwgrad.provider import ConvProblem
 from convwgrad.provider.plan import NoCandidateError, clear_plan_cache
+from mma_fragments import LANE, G, T, mma16816
 
 FAMILY = "wgrad_shifted_mma"
 # the source's constants (kernels.cu)
 RING, RING_STRIDE, COPY_LEN = 33, 72, 160
 XBUF = 2 * COPY_LEN
 
-LANE = np.arange(32)
-G, T = LANE >> 2, LANE & 3
 
 
 class Warp:
@@ -123,18 +122,8 @@ class Warp:
                     self.mma16816(mt, nt, [a[mt, i] for i in range(4)], [b[nt, 0], b[nt, 1]])
 
     def mma16816(self, mt, nt, a, b):
-        """mma.m16n8k16 from the fragments: A (row) a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..),
-        a3 (g + 8, 2t + 8..); B (col) b0 (k 2t.., n g), b1 (k 2t + 8.., n g); C c0, c1 (g, 2t + e),
-        c2, c3 (g + 8, 2t + e)."""
-        A, B = np.full((16, 16), np.nan), np.full((16, 8), np.nan)
-        for e in range(2):
-            A[G, 2 * T + e], A[G + 8, 2 * T + e] = a[0][e], a[1][e]
-            A[G, 2 * T + 8 + e], A[G + 8, 2 * T + 8 + e] = a[2][e], a[3][e]
-            B[2 * T + e, G], B[2 * T + 8 + e, G] = b[0][e], b[1][e]
-        assert not np.isnan(A).any() and not np.isnan(B).any()
-        D = A @ B
-        for e in range(4):
-            self.acc[:, mt, nt, e] += D[G + 8 * (e >> 1), 2 * T + (e & 1)]
+        for e, c in enumerate(mma16816(a, b)):
+            self.acc[:, mt, nt, e] += c
 
     def run_split(self, x, dy):
         """any_strides / cooperative_channels_last over the split's images x[n], dy[n] of one channel."""

@@ -17,12 +17,11 @@ import convwgrad
 from convwgrad.plugins.wgrad_shifted_mma import launcher
 from convwgrad.provider import ConvProblem
 from convwgrad.provider.plan import NoCandidateError, clear_plan_cache
+from mma_fragments import LANE, G, T, mma16816
 
 FAMILY = "wgrad_shifted_mma"
 # the source's constant (kernels.cu); a kernel's buffers hold 4 STEP positions
 SEQ_BACK = 128
-LANE = np.arange(32)
-G, T = LANE >> 2, LANE & 3
 
 
 def seq_slot(pos, buf):
@@ -109,18 +108,8 @@ class SequenceWarp:
             # Xpad positions of a0..a3: kx = g (+ 8), j = 2t (+ 8); a1 and a2 are one position
             a = [self.a_pair(jb + a_pos + odd + shift, odd) for shift in (0, 8, 8, 16)]
             b = self.ldmatrix_x2(jb + lm_pos)
-            self.mma16816(a, b)
-
-    def mma16816(self, a, b):
-        A, B = np.full((16, 16), np.nan), np.full((16, 8), np.nan)
-        for e in range(2):
-            A[G, 2 * T + e], A[G + 8, 2 * T + e] = a[0][e], a[1][e]
-            A[G, 2 * T + 8 + e], A[G + 8, 2 * T + 8 + e] = a[2][e], a[3][e]
-            B[2 * T + e, G], B[2 * T + 8 + e, G] = b[0][e], b[1][e]
-        assert not np.isnan(A).any() and not np.isnan(B).any()
-        D = A @ B
-        for e in range(4):
-            self.acc[:, e] += D[G + 8 * (e >> 1), 2 * T + (e & 1)]
+            for e, c in enumerate(mma16816(a, b)):
+                self.acc[:, e] += c
 
     def run_split(self, x, dy, schedule, split):
         """seq_any_strides / seq_cooperative_channels_last over split ``split``'s units of one channel."""
