@@ -67,6 +67,8 @@
 #   heldout  the 50 never-swept random shapes swept and scored against the oracle (HELDOUT_S seconds)
 #   seq1d    issues 10/11's 1-D filters: the shifted-MMA family's sequence kernels (GPU tests), then beside cuDNN,
 #            merged and the Triton shifted family on Conformer, Mamba and long-filter layers, both layouts
+#   short1d  issue 10's Mamba row: the short-1-D family (1-D depthwise, 2-9 taps, CUDA cores): its GPU tests, then
+#            tools/seq_bench.py beside cuDNN, merged, direct and the shifted-MMA family on Mamba/TCN layers
 #   native   the native warm path built and loaded (run it before the parts that time or test it)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
@@ -325,6 +327,13 @@ PY
         -p no:cacheprovider -n 4 -k "sequence or nvrtc" 2>&1 | tee "$OUT/pytest_seq.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
       timeout ${SEQ_BENCH_LIMIT_S:-240} python3 tools/seq_bench.py --layers ${SEQ_LAYERS:-conformer,long-k31,mamba,conformer-k15,hyena-k128} \
         --json "$OUT/seq1d.json" 2>&1 | grep -v -i warn | tee "$OUT/seq1d.txt" ;;
+    short1d)
+      # issue 10's Mamba row: the short-1-D family's GPU tests, then tools/seq_bench.py on the k <= 9 layers
+      OMP_NUM_THREADS=4 timeout ${SHORT1D_TESTS_LIMIT_S:-150} python3 -m pytest tests/plugins/wgrad_short1d -m gpu -q \
+        -p no:cacheprovider -n 4 2>&1 | tee "$OUT/pytest_short1d.txt" | grep -E "FAILED|ERROR|passed|failed" | tail -20
+      timeout ${SHORT1D_BENCH_LIMIT_S:-240} python3 tools/seq_bench.py \
+        --layers ${SHORT1D_LAYERS:-mamba,mamba-causal,mamba-b8-d2560,mamba-b4-d5120,tcn-k3} \
+        --json "$OUT/short1d.json" 2>&1 | grep -v -i warn | tee "$OUT/short1d.txt" ;;
     native)
       # issue 9: the native warm path built (and timed) before the parts that load it
       timeout 150 python3 -c "import time; from convwgrad.provider import native; t = time.time(); native.load(); print(native.status(), f'({time.time() - t:.1f} s)')" 2>&1 | tee "$OUT/native_build.txt" ;;

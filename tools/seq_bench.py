@@ -30,14 +30,23 @@ from family_bench import cudnn_call, floor_us  # noqa: E402
 from step_bench import _eager_time_us, _graph_time_us  # noqa: E402
 
 FAMILY = "wgrad_shifted_mma"
-LAYERS = {  # bf16; (batch, channels, length, filter, padding)
+LAYERS = {  # bf16; (batch, channels, length, filter, padding: both sides, or ((left, right),))
     "conformer": (32, 256, 512, 31, 15),
     "conformer-k15": (32, 512, 256, 15, 7),
     "long-k31": (32, 512, 2048, 31, 15),
+    # Mamba's nn.Conv1d pads 3 each side and cuts the output to L: grad_output rows are L + 3 long
     "mamba": (16, 1024, 2048, 4, 3),
     "mamba-b8-d2560": (8, 2560, 1024, 4, 3),
+    "mamba-b4-d5120": (4, 5120, 2048, 4, 3),
+    # the same filter padded causally only (rows of L both): what a fused causal conv1d sees
+    "mamba-causal": (16, 1024, 2048, 4, ((3, 0),)),
+    "tcn-k3": (32, 512, 1024, 3, 1),
     "hyena-k128": (8, 768, 1024, 128, 64),
 }
+#: The short-1-D family's filters (issue 10's Mamba row): its split sweep runs on these; the shifted-MMA
+#: family's sequence-kernel sweep on the others (its planned config runs on every layer).
+SHORT_FAMILY = "wgrad_short1d"
+SHORT_MAX_TAPS = 9
 
 
 def _check_and_time(run, problem, x, dy, reference, nbytes, spec):
@@ -66,7 +75,10 @@ def measure(name, layout):
     cudnn = cudnn_call(p, x, dy)
     rows.append({"config": "cudnn", "error": relative_error(cudnn(), reference), "graph_us": _graph_time_us(cudnn),
                  "eager_us": _eager_time_us(cudnn)})
-    for label, pins in (("planned", {}), ("merged", {"family": "wgrad_merged"}), ("shifted", {"family": "wgrad_shifted"})):
+    pinned = (("planned", {}), ("merged", {"family": "wgrad_merged"}), ("shifted", {"family": "wgrad_shifted"}),
+              ("direct", {"family": "wgrad_direct"}), ("shifted-mma", {"family": FAMILY}),
+              ("short1d", {"family": SHORT_FAMILY}))
+    for label, pins in pinned:
         try:
             chosen = convwgrad.plan(p, **pins)
         except ValueError as exc:
@@ -77,8 +89,24 @@ def measure(name, layout):
             convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out)
             return chosen.kernel_name
 
-        rows.append({"config": f"{label} ({chosen.family} spk{chosen.split_k})",
-                     **_check_and_time(run, p, x, dy, reference, 0, chosen.spec)})
+        row = {"config": f"{label} ({chosen.family} spk{chosen.split_k})",
+               **_check_and_time(run, p, x, dy, reference, 0, chosen.spec)}
+        with convwgrad.record_launches() as log:   # the stage-1 kernel that ran (the short-1-D family's loads)
+            convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen)
+        row["kernel"] = log[0].kernels[0] if log and log[0].kernels else row.get("kernel")
+        rows.append(row)
+    if k <= SHORT_MAX_TAPS:
+        planned = convwgrad.plan(p, family=SHORT_FAMILY).split_k
+        for split_k in sorted({max(2, planned // 2), min(1024, 2 * planned), min(1024, 3 * planned)} - {planned}):
+            chosen = convwgrad.plan(p, family=SHORT_FAMILY, split_k=split_k)
+
+            def run(x, dy, out, workspace, chosen=chosen):
+                convwgrad.dispatch_conv_grouped(p, x, dy, plan=chosen, out=out, workspace=workspace)
+                return chosen.kernel_name
+
+            rows.append({"config": f"short1d spk{split_k}",
+                         **_check_and_time(run, p, x, dy, reference, chosen.workspace_nbytes, chosen.spec)})
+        return {"layer": name, "layout": layout, "problem": p.describe(), "floor_us": floor_us(p), "rows": rows}
     planned = convwgrad.plan(p, family=FAMILY).split_k
     for split_k in sorted({planned, max(2, planned // 2), min(1024, 2 * planned)}):
         chosen = convwgrad.plan(p, family=FAMILY, split_k=split_k)

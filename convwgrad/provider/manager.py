@@ -30,6 +30,7 @@ DEFAULT_PLUGINS = (
     "convwgrad.plugins.wgrad_merged:plugin",
     "convwgrad.plugins.wgrad_shifted:plugin",
     "convwgrad.plugins.wgrad_shifted_mma:plugin",
+    "convwgrad.plugins.wgrad_short1d:plugin",
     "convwgrad.plugins.wgrad_splitk:plugin",
     "convwgrad.plugins.wgrad_direct:plugin",
     "convwgrad.plugins.wgrad_staged:plugin",

@@ -36,7 +36,9 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: than cuDNN in kernel time on most small depthwise layers inside models, but each eager call's host
 #: time outweighs that in the host-bound eager steps measured, so its class is graph launches only
 #: (:data:`STAGED_GRAPH_TAPS`).
-OPT_IN_FAMILIES = ("wgrad_shifted", "wgrad_shifted_mma", "wgrad_direct", "wgrad_staged", "aten_channels_last")
+OPT_IN_FAMILIES = (
+    "wgrad_shifted", "wgrad_shifted_mma", "wgrad_short1d", "wgrad_direct", "wgrad_staged", "aten_channels_last",
+)
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
 #: (21 us; merged 87, cuDNN 350), 27x27 at 14x14 C512 N=16 (89; 571, 1806), 31x31 at 56x56 C128

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from convwgrad.provider.blocks import launch as shared
+from convwgrad.provider.blocks import nvrtc
 from convwgrad.provider.layout import current_cuda_device
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
@@ -107,14 +108,10 @@ TARGET_CTAS = 132 * 8
 DTYPES = {"bf16": (), "fp16": ("-DELEM_IS_FP16",)}
 
 
-@functools.cache
 def _bindings():
-    """(driver, nvrtc) from cuda-bindings, or the reason they are missing."""
-    try:
-        from cuda.bindings import driver, nvrtc
-    except ImportError as exc:
-        return None, f"cuda-bindings is not importable ({exc}): the kernel is built by NVRTC and launched by the driver API"
-    return (driver, nvrtc), None
+    """(driver, nvrtc) from cuda-bindings, or the reason they are missing (the shared NVRTC block's;
+    a function of this module so that tests can take them away from this family alone)."""
+    return nvrtc.bindings()
 
 
 def mma_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str]:
@@ -268,19 +265,7 @@ def _cubin(dtype: str, arch: str) -> bytes:
 def build_cubin(source: bytes, dtype: str, arch: str, name: str = "kernels.cu") -> bytes:
     """``source`` built by NVRTC for sm_``arch`` with ``dtype``'s defines (uncached: tools build older
     sources of the family with it)."""
-    (driver, nvrtc), _ = _bindings()
-    err, program = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
-    options = [f"--gpu-architecture=sm_{arch}".encode(), *(d.encode() for d in DTYPES[dtype])]
-    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        _, size = nvrtc.nvrtcGetProgramLogSize(program)
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(program, log)
-        raise RuntimeError(f"NVRTC could not build {name} for sm_{arch}: {log.rstrip(bytes(1)).decode()}")
-    _, size = nvrtc.nvrtcGetCUBINSize(program)
-    cubin = b" " * size
-    nvrtc.nvrtcGetCUBIN(program, cubin)
-    return cubin
+    return nvrtc.build_cubin(source, arch, DTYPES[dtype], name)
 
 
 def cooperative_layout(problem: ConvProblem, strides, channels: int) -> bool:
@@ -299,19 +284,8 @@ def cooperative_layout(problem: ConvProblem, strides, channels: int) -> bool:
 
 @functools.cache
 def _function(dtype: str, arch: str, device_index: int, name: str):
-    """Kernel ``name`` loaded into ``device_index``'s primary context (torch's)."""
-    (driver, _), _ = _bindings()
-    with torch.cuda.device(device_index):  # cudaSetDevice makes the primary context current
-        # ...once the runtime has made it: in a process whose first CUDA work is this load (a test worker
-        # that has only queried the device) cuModuleLoadData found no context (H100, session 16)
-        torch.cuda.synchronize(device_index)
-        err, module = driver.cuModuleLoadData(_cubin(dtype, arch))
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuModuleLoadData({SOURCE.name}, sm_{arch}): {err}")
-        err, function = driver.cuModuleGetFunction(module, name.encode())
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuModuleGetFunction({name}): {err}")
-    return module, function  # the module stays referenced with the function
+    """Kernel ``name`` loaded into ``device_index``'s primary context (torch's): (module, function)."""
+    return nvrtc.load_function(_cubin(dtype, arch), device_index, name, f"{SOURCE.name}, sm_{arch}")
 
 
 _ARG_TYPES = (ctypes.c_void_p,) * 3 + (ctypes.c_int,) * 13 + (ctypes.c_longlong,) * 8  # as KERNEL_PARAMS
@@ -355,7 +329,6 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
     # tools/proto_shifted_mma.py --layouts channels_last), although its row loads touch a sector a lane.
     # Where the channels_last strides allow, the cooperative kernel loads a vector of channels a position.
     strides = (*input.stride(), *grad_output.stride())
-    (driver, _), _ = _bindings()
     device_index = input.device.index
     channels = COOPERATIVE_CHANNELS if cooperative_channels is None else cooperative_channels
     cooperative = None
@@ -389,10 +362,8 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
         if cooperative is not None and x_ptr % cooperative.alignment == 0 and dy_ptr % cooperative.alignment == 0:
             stage1 = cooperative
         kernels[0] = stage1.name
-        args = ((x_ptr, dy_ptr, partials.data_ptr(), *scalars), arg_types)
-        (err,) = driver.cuLaunchKernel(stage1.function, *stage1.grid, *stage1.block, 0, stream, args, 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"{stage1.name}: cuLaunchKernel: {err}")
+        nvrtc.launch(stage1.function, stage1.grid, stage1.block, stream, (x_ptr, dy_ptr, partials.data_ptr(),
+                     *scalars), arg_types, stage1.name)
         second(partials, out)
 
     def run(x, dy, out, workspace):

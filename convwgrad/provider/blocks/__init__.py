@@ -9,6 +9,8 @@
   imported (Triton and Gluon read a kernel's source from its file).
 - :mod:`.aten`: the refusals and bound launch of the families that compute dW in one call of
   torch's own backward (no Triton).
+- :mod:`.nvrtc`: CUDA C++ kernels built at run time (the NVRTC build, the load into torch's
+  context, the driver-API launch) for the families written in CUDA C++.
 
 Part of the provider core: it imports no plugin or selector. This ``__init__`` imports
 nothing; import the submodule you need.
