@@ -30,6 +30,7 @@ BUILTINS = (
     "convwgrad.plugins.wgrad_merged",
     "convwgrad.plugins.wgrad_shifted",
     "convwgrad.plugins.wgrad_shifted_mma",
+    "convwgrad.plugins.wgrad_short1d",
     "convwgrad.plugins.wgrad_splitk",
     "convwgrad.plugins.wgrad_direct",
     "convwgrad.plugins.wgrad_staged",
@@ -38,8 +39,8 @@ BUILTINS = (
     "convwgrad.selectors",
 )
 #: Families the built-ins register, highest priority first.
-BUILTIN_FAMILIES = ["wgrad_merged", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged", "aten_channels_last",
-                    "aten"]
+BUILTIN_FAMILIES = ["wgrad_merged", "wgrad_short1d", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct",
+                    "wgrad_staged", "aten_channels_last", "aten"]
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +97,7 @@ def test_families_is_cached_per_manager():
 
 
 def test_unknown_family_lookup_names_the_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown kernel family 'nope'; registered: wgrad_merged, wgrad_shifted_mma, wgrad_shifted, wgrad_splitk, wgrad_direct, wgrad_staged, aten_channels_last, aten"):
+    with pytest.raises(ValueError, match=r"unknown kernel family 'nope'; registered: wgrad_merged, wgrad_short1d, wgrad_shifted_mma, wgrad_shifted, wgrad_splitk, wgrad_direct, wgrad_staged, aten_channels_last, aten"):
         families(build_plugin_manager(load_entrypoints=False))["nope"]
 
 
@@ -123,7 +124,7 @@ def test_disable_env_blocks_the_family(monkeypatch):
         text = str(explain(problem, "sm_90"))
     assert chosen.family == "aten"
     rule = ("fallback: no Triton family admits the problem (wgrad_direct, wgrad_merged, wgrad_shifted, wgrad_shifted_mma, "
-            "wgrad_staged "
+            "wgrad_short1d, wgrad_staged "
             "refused); "
             "aten_channels_last admits it but is opt-in, routed only where measured faster")  # an NCHW problem
     assert chosen.rule == rule
@@ -136,7 +137,7 @@ def test_disable_env_is_comma_separated_and_trimmed(monkeypatch):
     monkeypatch.setenv(
         DISABLE_ENV, " convwgrad.plugins.wgrad_merged,convwgrad.plugins.wgrad_splitk , ,convwgrad.plugins.aten_fallback,"
         "convwgrad.plugins.wgrad_shifted,convwgrad.plugins.wgrad_direct,convwgrad.plugins.aten_channels_last,"
-        "convwgrad.plugins.wgrad_staged,convwgrad.plugins.wgrad_shifted_mma"
+        "convwgrad.plugins.wgrad_staged,convwgrad.plugins.wgrad_shifted_mma,convwgrad.plugins.wgrad_short1d"
     )
     pm = build_plugin_manager()
     assert families(pm).names() == []
@@ -171,8 +172,8 @@ def test_disable_env_takes_family_names(monkeypatch, recwarn, family, plugin):
 def test_disable_env_family_and_plugin_name_of_one_plugin(monkeypatch, recwarn):
     monkeypatch.setenv(DISABLE_ENV, "wgrad_merged,convwgrad.plugins.wgrad_merged, aten")
     pm = build_plugin_manager()
-    assert families(pm).names() == ["wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged",
-                                    "aten_channels_last"]
+    assert families(pm).names() == ["wgrad_short1d", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct",
+                                    "wgrad_staged", "aten_channels_last"]
     assert not recwarn.list  # the family of a plugin blocked by its path is still a known name
 
 
@@ -184,11 +185,11 @@ def test_disable_env_unknown_name_warns_listing_the_known_ones(monkeypatch):
     assert str(caught[0].message) == (
         f"{DISABLE_ENV}: 'wgrad_mergd', 'convwgrad.plugins.nothing' names no plugin and no kernel family, so it "
         "disables nothing; known: families aten, aten_channels_last, wgrad_direct, wgrad_merged, wgrad_shifted, "
-        "wgrad_shifted_mma, wgrad_splitk, wgrad_staged; plugins "
+        "wgrad_shifted_mma, wgrad_short1d, wgrad_splitk, wgrad_staged; plugins "
         + ", ".join(sorted(BUILTINS))
     )
-    assert families(pm).names() == ["wgrad_merged", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct",
-                                    "wgrad_staged", "aten_channels_last"]  # the known name still blocks
+    assert families(pm).names() == ["wgrad_merged", "wgrad_short1d", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk",
+                                    "wgrad_direct", "wgrad_staged", "aten_channels_last"]  # the known name still blocks
 
 
 # --------------------------------------------------------------- entry points
