@@ -237,6 +237,8 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
         return _staged_measured_faster(problem, target)
     if family == "wgrad_shifted_mma":
         return _shifted_mma_measured_faster(problem)
+    if family == "wgrad_short1d":
+        return _short1d_measured_faster(problem)
     if family != "wgrad_shifted":
         return None
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
@@ -292,6 +294,26 @@ LAYOUTS_MEASURED_1D = ("contiguous", "channels_last")
 SHIFTED_MMA_SEQUENCE_MEASUREMENT = (
     f"H100, 2026-12-07: bf16 1-D depthwise filters of >= {SHIFTED_MMA_SEQUENCE_FROM_TAPS} taps (stride 1, undilated), "
     "both layouts: 1.3-15x merged and 4-35x cuDNN on Conformer k=15/31, a k=31 L=2048 layer and a k=128 one")
+
+
+#: The short-1-D family's class: bf16 NCHW 1-D depthwise filters of these taps (stride 1, undilated). H100,
+#: graph replay, same process (tools/seq_bench.py, notes/data/short1d_h100_2026-12-07s17.txt), the family's
+#: planned split, against merged (the router's choice before) and cuDNN: Mamba L2048 C1024 k4 pad 3 N=16 64.4 us
+#: (merged 133.5, cuDNN 202.9; grad_output rows L + 3: the _xvec kernel), L2048 C5120 k4 N=4 71.0 (145.4, 250.0),
+#: TCN L1024 C512 k3 N=32 27.8 (51.5, 83.5). In channels_last it lost to merged on all three (its element loads:
+#: 286.8 against 77.2 on Mamba), so channels_last stays merged; filters of 2 and 5-9 taps were not measured.
+SHORT1D_MEASURED_TAPS = (3, 4)
+SHORT1D_MEASUREMENT = (
+    "H100, 2026-12-07: bf16 NCHW 1-D depthwise filters of 3-4 taps (stride 1, undilated): 1.85-2.07x merged and "
+    "3.0-3.5x cuDNN on Mamba k=4 (d=1024, 5120) and a TCN k=3 layer")
+
+
+def _short1d_measured_faster(problem) -> str | None:
+    if (problem.spatial_dims == 1 and problem.cpg == 1 and problem.kpg == 1 and problem.dtype == "bf16"
+            and problem.layout == "contiguous" and tuple(problem.stride) == (1,) and tuple(problem.dilation) == (1,)
+            and problem.filter_size[0] in SHORT1D_MEASURED_TAPS):
+        return SHORT1D_MEASUREMENT
+    return None
 
 
 def _shifted_mma_measured_faster(problem) -> str | None:

@@ -108,11 +108,23 @@ def test_splits_fill_whole_waves_and_at_most_a_chunk_each(channels, batch, lengt
         assert per_split * (split_k + 1) > launcher.TARGET_CTAS or split_k == 2
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_opt_in_the_router_gives_it_nothing_yet(layout, bindings):
-    """No class is measured: the router keeps 1-D k <= 9 where it was (merged), pinned it runs."""
-    p = _problem(layout=layout)
-    assert convwgrad.plan(p, "sm_90").family != FAMILY
+@pytest.mark.parametrize("overrides, routed", [
+    (dict(), True),   # Mamba k=4, padding (3, 0)
+    (dict(padding=3), True),   # Mamba's own padding
+    (dict(filter_size=3, padding=1), True),
+    (dict(layout="channels_last"), False),   # lost to merged there
+    (dict(dtype="fp16"), False),   # not timed
+    (dict(filter_size=5, padding=2), False),   # not measured
+    (dict(filter_size=2, padding=((1, 0),)), False),
+    (dict(filter_size=3, padding=2, dilation=2), False),
+])
+def test_routed_only_on_its_measured_class(overrides, routed, bindings):
+    overrides = dict(overrides)
+    p = _problem(dtype=overrides.pop("dtype", "bf16"), layout=overrides.pop("layout", "contiguous"), **overrides)
+    chosen = convwgrad.plan(p, "sm_90")
+    assert (chosen.family == FAMILY) == routed, chosen.rule
+    if routed:
+        assert "H100, 2026-12-07" in chosen.rule
     assert convwgrad.plan(p, "sm_90", family=FAMILY).family == FAMILY
 
 
