@@ -224,7 +224,7 @@ def test_split_k_beyond_k_steps_lists_every_refusal():
     message = str(err)
     assert "pins {'split_k': 4}" in message
     assert SMALL.describe() in message
-    assert {spec.family for spec, _ in err.candidates} == {"wgrad_merged", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged",
+    assert {spec.family for spec, _ in err.candidates} == {"wgrad_merged", "wgrad_short1d", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged",
                                                       "aten_channels_last", "aten"}
     for spec, verdict in err.candidates:
         assert not verdict
@@ -353,7 +353,7 @@ def test_explain_lists_every_candidate(problem, target, monkeypatch):
     lines = text.splitlines()
     judged = candidates(problem, target)
     assert sorted(exp.candidates, key=repr) == sorted(judged, key=repr)
-    assert {spec.family for spec, _ in judged} == {"wgrad_merged", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged",
+    assert {spec.family for spec, _ in judged} == {"wgrad_merged", "wgrad_short1d", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged",
                                                       "aten_channels_last", "aten"}
     listed = lines[lines.index("candidates (by family priority):") + 1: lines.index(next(
         l for l in lines if l.startswith("choice:")))]
@@ -362,7 +362,7 @@ def test_explain_lists_every_candidate(problem, target, monkeypatch):
         line = next(l for l in listed if f" {spec.kernel_name()}: " in l)
         assert line.split(": ", 1)[1].startswith("admitted" if verdict else "refused: ")
     assert sum(l.startswith(" * ") for l in listed) == 1
-    order = ["wgrad_merged", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged", "aten_channels_last", "aten"]
+    order = ["wgrad_merged", "wgrad_short1d", "wgrad_shifted_mma", "wgrad_shifted", "wgrad_splitk", "wgrad_direct", "wgrad_staged", "aten_channels_last", "aten"]
     ranks = [order.index(next(f for f in order if l[3:].startswith(f + "_"))) for l in listed]
     assert ranks == sorted(ranks)
     assert "\nchoice:  " + exp.plan.kernel_name in text
