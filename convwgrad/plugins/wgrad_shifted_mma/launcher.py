@@ -23,7 +23,6 @@ import torch
 
 from convwgrad.provider.blocks import launch as shared
 from convwgrad.provider.blocks import nvrtc
-from convwgrad.provider.layout import current_cuda_device
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 
@@ -338,45 +337,22 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
                               (problem.out_channels // channels, spec.split_k, 1), (32 * channels, 1, 1),
                               2 * channels)
     scalars, arg_types = _stage1_scalars(problem, spec, strides, step)
-    stage1_grid, stage2_grid = grids(problem, spec)
+    stage1_grid, _ = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
-    # stage 2 is bound to out's strides (a patched layer's dW comes in the weight's strides), as in
-    # shared.prepare_stages; None: a contiguous dW allocated at run time
-    bound_out = out if out is not None else torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
-    stage2 = tuple(v.value if hasattr(v, "value") else v
-                   for _, v in shared.stage2_args(problem, spec, bound_out, bound_out)[2:])
-    second = shared.KernelLaunch(shared._splitk_reduce_kernel, stage2_grid, stage2, shared.REDUCE_WARPS, 1,
-                                 device_index if shared.direct_launch_supported() else None)
-    nbytes = workspace_nbytes(problem, spec)
-    size, dtype = problem.weight_size, input.dtype
     name = stage1_kernel_name(problem, 0, step)
     general = _Stage1(name, _function(problem.dtype, target.arch, device_index, name)[1], stage1_grid,
                       (32 * WARPS, 1, 1), 1)
-    kernels = [name, shared._splitk_reduce_kernel.__name__]  # the run names the stage-1 kernel it chose
 
-    def launch_stages(x, dy, out, workspace):
-        partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
-        stream = torch.cuda.current_stream(device_index).cuda_stream
+    def first_stage(x, dy, partials, stream):
         x_ptr, dy_ptr = x.data_ptr(), dy.data_ptr()
-        stage1 = general
+        chosen = general
         if cooperative is not None and x_ptr % cooperative.alignment == 0 and dy_ptr % cooperative.alignment == 0:
-            stage1 = cooperative
-        kernels[0] = stage1.name
-        nvrtc.launch(stage1.function, stage1.grid, stage1.block, stream, (x_ptr, dy_ptr, partials.data_ptr(),
-                     *scalars), arg_types, stage1.name)
-        second(partials, out)
+            chosen = cooperative
+        nvrtc.launch(chosen.function, chosen.grid, chosen.block, stream, (x_ptr, dy_ptr, partials.data_ptr(),
+                     *scalars), arg_types, chosen.name)
+        return chosen.name
 
-    def run(x, dy, out, workspace):
-        if out is None:
-            out = torch.empty(size, dtype=dtype, device=x.device)
-        if current_cuda_device() != device_index:
-            with torch.cuda.device(device_index):
-                launch_stages(x, dy, out, workspace)
-        else:
-            launch_stages(x, dy, out, workspace)
-        return out
-
-    return BoundLaunch(run=run, kernels=kernels)
+    return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, name)
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:

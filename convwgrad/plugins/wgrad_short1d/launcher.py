@@ -22,7 +22,6 @@ import torch
 
 from convwgrad.provider.blocks import launch as shared
 from convwgrad.provider.blocks import nvrtc
-from convwgrad.provider.layout import current_cuda_device
 from convwgrad.provider.problem import ConvProblem
 from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
 
@@ -183,38 +182,17 @@ def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     stage1((x_vectors, dy_vectors))   # built and loaded here, not in a launch (a capture may follow)
     scalars = (problem.batch, problem.out_channels, *problem.input_size, *problem.output_size,
                chunks_per_image(problem), chunks_per_split(problem, spec.split_k), *strides)
-    stage1_grid, stage2_grid = grids(problem, spec)
+    stage1_grid, _ = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
-    bound_out = out if out is not None else torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
-    stage2 = tuple(v.value if hasattr(v, "value") else v
-                   for _, v in shared.stage2_args(problem, spec, bound_out, bound_out)[2:])
-    second = shared.KernelLaunch(shared._splitk_reduce_kernel, stage2_grid, stage2, shared.REDUCE_WARPS, 1,
-                                 device_index if shared.direct_launch_supported() else None)
-    nbytes = workspace_nbytes(problem, spec)
-    size, dtype = problem.weight_size, input.dtype
-    kernels = [KERNELS[(x_vectors, dy_vectors)], shared._splitk_reduce_kernel.__name__]
 
-    def launch_stages(x, dy, out, workspace):
-        partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
-        stream = torch.cuda.current_stream(device_index).cuda_stream
+    def first_stage(x, dy, partials, stream):
         x_ptr, dy_ptr = x.data_ptr(), dy.data_ptr()
         pair = (x_vectors and x_ptr % 16 == 0, dy_vectors and dy_ptr % 16 == 0)
-        kernels[0] = KERNELS[pair]
         nvrtc.launch(stage1(pair), stage1_grid, (32 * WARPS, 1, 1), stream,
-                     (x_ptr, dy_ptr, partials.data_ptr(), *scalars), _ARG_TYPES, kernels[0])
-        second(partials, out)
+                     (x_ptr, dy_ptr, partials.data_ptr(), *scalars), _ARG_TYPES, KERNELS[pair])
+        return KERNELS[pair]
 
-    def run(x, dy, out, workspace):
-        if out is None:
-            out = torch.empty(size, dtype=dtype, device=x.device)
-        if current_cuda_device() != device_index:
-            with torch.cuda.device(device_index):
-                launch_stages(x, dy, out, workspace)
-        else:
-            launch_stages(x, dy, out, workspace)
-        return out
-
-    return BoundLaunch(run=run, kernels=kernels)
+    return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, KERNELS[(x_vectors, dy_vectors)])
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:

@@ -79,3 +79,41 @@ def launch(function, grid, block, stream: int, args, arg_types, what: str) -> No
     (err,) = driver.cuLaunchKernel(function, *grid, *block, 0, stream, (tuple(args), tuple(arg_types)), 0)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"{what}: cuLaunchKernel: {err}")
+
+
+def bound_two_stages(problem, spec, input, out, stage1, first_kernel: str):
+    """The BoundLaunch of a CUDA C++ stage 1 writing fp32 partials (split, C, taps) and the shared ordered
+    reduction as stage 2. ``stage1(x, dy, partials, stream)`` launches the first stage on torch's raw
+    ``stream`` and returns the name of the kernel it chose (the run's ``kernels[0]``; ``first_kernel``
+    before any run). Stage 2 is bound to ``out``'s strides (a patched layer's dW comes in the weight's
+    strides), as in launch.prepare_stages; ``out=None``: a contiguous dW allocated at run time."""
+    from convwgrad.provider.blocks import launch as shared
+    from convwgrad.provider.layout import current_cuda_device
+    from convwgrad.provider.spec import BoundLaunch
+
+    device_index = input.device.index
+    bound_out = out if out is not None else torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
+    stage2 = tuple(v.value if hasattr(v, "value") else v
+                   for _, v in shared.stage2_args(problem, spec, bound_out, bound_out)[2:])
+    second = shared.KernelLaunch(shared._splitk_reduce_kernel, shared.reduce_grid(problem), stage2,
+                                 shared.REDUCE_WARPS, 1, device_index if shared.direct_launch_supported() else None)
+    nbytes = shared.workspace_nbytes(problem, spec)
+    size, dtype = problem.weight_size, input.dtype
+    kernels = [first_kernel, shared._splitk_reduce_kernel.__name__]
+
+    def launch_stages(x, dy, out, workspace):
+        partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
+        kernels[0] = stage1(x, dy, partials, torch.cuda.current_stream(device_index).cuda_stream)
+        second(partials, out)
+
+    def run(x, dy, out, workspace):
+        if out is None:
+            out = torch.empty(size, dtype=dtype, device=x.device)
+        if current_cuda_device() != device_index:
+            with torch.cuda.device(device_index):
+                launch_stages(x, dy, out, workspace)
+        else:
+            launch_stages(x, dy, out, workspace)
+        return out
+
+    return BoundLaunch(run=run, kernels=kernels)
