@@ -10,10 +10,15 @@ from convwgrad.provider.reference import reference_weight_grad, relative_error
 
 pytestmark = pytest.mark.gpu
 
-#: (name, input shape, weight shape, padding, family): one single-stage and one split-K layer
+#: The Triton split-K layer's dtype. bf16 1-D depthwise filters of >= 15 taps are routed to the NVRTC
+#: shifted-MMA family (routing.SHIFTED_MMA_SEQUENCE_FROM_TAPS, session 16), which binds no KernelLaunch;
+#: fp16 was not measured there, so the same layer in fp16 stays on wgrad_merged's Triton kernels with split-K.
+TRITON_SPLIT_DTYPE = torch.float16
+
+#: (name, input shape, weight shape, padding, dtype, family): one single-stage and one split-K layer
 LAYERS = [
-    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, "wgrad_shifted"),
-    ("conformer-1d-k31", (8, 256, 200), (256, 1, 31), 15, "wgrad_merged"),
+    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted"),
+    ("conformer-1d-k31", (8, 256, 200), (256, 1, 31), 15, TRITON_SPLIT_DTYPE, "wgrad_merged"),
 ]
 
 
@@ -26,12 +31,12 @@ def channels_last_view(buffer, offset, shape):
     return flat.movedim(-1, 1)
 
 
-@pytest.mark.parametrize("name,shape,wshape,padding,family", LAYERS, ids=[layer[0] for layer in LAYERS])
-def test_repeated_calls_on_fresh_and_misaligned_data(name, shape, wshape, padding, family):
+@pytest.mark.parametrize("name,shape,wshape,padding,dtype,family", LAYERS, ids=[layer[0] for layer in LAYERS])
+def test_repeated_calls_on_fresh_and_misaligned_data(name, shape, wshape, padding, dtype, family):
     nd_weight = {3: convwgrad.conv1d_weight, 4: convwgrad.conv2d_weight}[len(shape)]
     groups = shape[1]
     # a buffer one element longer, so a view starting at element 1 is 2-byte, not 16-byte, aligned
-    x_buffer = torch.empty(torch.Size(shape).numel() + 1, device="cuda", dtype=torch.bfloat16)
+    x_buffer = torch.empty(torch.Size(shape).numel() + 1, device="cuda", dtype=dtype)
     dy_buffer = torch.empty_like(x_buffer)
     for step, offset in enumerate((0, 0, 0, 1, 0, 1)):
         x = channels_last_view(x_buffer, offset, shape)
@@ -80,7 +85,7 @@ def test_warm_aligned_calls_skip_the_jit(monkeypatch):
     jit_run = _wgrad_merged_kernel.run
     monkeypatch.setattr(_wgrad_merged_kernel, "run", lambda *a, **k: jit_runs.append(1) or jit_run(*a, **k),
                         raising=False)
-    x = torch.randn(8, 256, 200, device="cuda", dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
+    x = torch.randn(8, 256, 200, device="cuda", dtype=TRITON_SPLIT_DTYPE).transpose(1, 2).contiguous().transpose(1, 2)
     dy = torch.randn_like(x)
     with convwgrad.record_launches() as log:
         for _ in range(5):
@@ -91,7 +96,7 @@ def test_warm_aligned_calls_skip_the_jit(monkeypatch):
 
 def _two_stage_layer(n=8, channels=256, width=200):
     """The 1-D k=31 layer planned for wgrad_merged with split-K: its fp32 partials use the workspace."""
-    x = torch.randn(n, channels, width, device="cuda", dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
+    x = torch.randn(n, channels, width, device="cuda", dtype=TRITON_SPLIT_DTYPE).transpose(1, 2).contiguous().transpose(1, 2)
     dy = torch.randn_like(x)
     problem = convwgrad.ConvProblem.from_tensors(x, (channels, 1, 31), dy, 1, 15, 1, channels)
     return x, dy, problem
