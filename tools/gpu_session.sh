@@ -69,6 +69,8 @@
 #            merged and the Triton shifted family on Conformer, Mamba and long-filter layers, both layouts
 #   short1d  issue 10's Mamba row: the short-1-D family (1-D depthwise, 2-9 taps, CUDA cores): its GPU tests, then
 #            tools/seq_bench.py beside cuDNN, merged, direct and the shifted-MMA family on Mamba/TCN layers
+#   table9   issue 9's step table with the native warm path: the all-cuDNN timm models and UniRepLKNet-T, both
+#            layouts, same model, A/A arm, TABLE_ROUNDS rounds (default 8), then UniRepLKNet-T b32's per-layer dW in the model
 #   native   the native warm path built and loaded (run it before the parts that time or test it)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
@@ -341,6 +343,13 @@ PY
       # issue 9's host target by the paired method: ways interleaved in rounds, thread CPU time a call
       timeout ${HOSTPAIRED_LIMIT_S:-150} python3 tools/host_overhead.py --paired --rounds ${HOSTPAIRED_ROUNDS:-60} \
         --block 20 --json "$OUT/host_paired.json" 2>&1 | grep -v Warn | tee "$OUT/host_paired.txt" ;;
+    table9)
+      timeout ${TABLE_LIMIT_S:-330} python3 tools/step_bench.py --same-model --with-control --rounds ${TABLE_ROUNDS:-8} \
+        --models ${TABLE_MODELS:-convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128,unireplknet_t:32} \
+        --json "$OUT/steps_table9.json" 2>&1 | grep -v -i warn | tee "$OUT/steps_table9.txt" | grep -E "^[a-z]"
+      timeout ${TABLE_LAYERS_LIMIT_S:-120} python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last,contiguous \
+        --rounds 1 --layers --json "$OUT/layers_unirep.json" 2>&1 | grep -v -i warn > "$OUT/layers_unirep.txt"
+      grep -E "^[a-z]|all [0-9]+ grouped" "$OUT/layers_unirep.txt" ;;
     unirep3)
       # UniRepLKNet-T channels_last eager, same model, A/A arm: the built-in router, every depthwise layer to cuDNN,
       # and its 13x13 layers (rows >= 14) to the shifted-MMA family
