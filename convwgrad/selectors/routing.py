@@ -45,6 +45,14 @@ OPT_IN_FAMILIES = (
 #: N=16 channels_last (455; 3143, 8085) and NCHW (459; 5523, 8230); the 1-D k=31 layer went the
 #: other way (shifted 615 us, merged 377), and no filter between 7x7 and 13x13 was measured.
 SHIFTED_FROM_TAPS = 13 * 13
+#: bf16 channels_last: fewest taps for the shifted family, fitted on the 50 in-sample random shapes swept on an
+#: H100 (notes/sweep/insample_h100.csv, session 18; isolated calls, every family's first tile at splits 1-32):
+#: on every 2-D stride-1/2 depthwise layer of 9x9-11x11 there it beat merged (the router's choice before) and
+#: cuDNN: 11x11 14x14 C1536 193 us (merged 592, cuDNN 1836), 11x11 28x28 C192 115 (318, 974), 11x11 s2 14x14
+#: C640 44 (82, 602), 11x11 s2 112x112 C672 N=16 1095 (2770, 63033), 9x9 s2 7x7 C640 22 (27, 101), 9x9 112x112
+#: C288 1872 (3838, 318202; the staged family's 889 was faster there, and is not routed above 7x7). Scored on
+#: the 50 held-out shapes never used to fit it (notes/PERF.md "Session 18").
+SHIFTED_CHANNELS_LAST_FROM_TAPS = 9 * 9
 #: Fewest filter taps, and narrowest output rows, for which the shifted-MMA family (issue 11) was
 #: measured faster than the Triton shifted family, merged and cuDNN. H200, bf16, NCHW-contiguous,
 #: graph replay, same process (tools/proto_shifted_mma.py --bench, notes/PERF.md "Session 11"):
@@ -65,7 +73,11 @@ SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
 #: UniRepLKNet's 13x13 layers (14x14 C320 N=32: 59 us, shifted 50; 28x28 C160 N=4: 21, 19): a channels_last
 #: row load touches a sector a lane, and 13x13 taps leave too little MMA work to hide it. Between 13x13 and
 #: 27x27 nothing was measured, so channels_last starts at the smallest filter it won.
-SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS = 27 * 27
+#: Session 18 moved it down to 11x11, fitted on the in-sample random shapes (H100, isolated calls,
+#: notes/sweep/insample_h100.csv): 11x11 14x14 C1536 N=32 173 us (Triton shifted 193, merged 592, cuDNN 1836),
+#: 11x11 28x28 C192 71 (115, 318, 974), 13x13 56x56 C48 66 (108, 414, 1275), 13x13 56x56 C32 62 (98, 306,
+#: 886): the family was fastest on every such layer it admits, rows >= 14. It was not timed on 9x9 there.
+SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS = 11 * 11
 #: The layouts the class was measured faster in: (fewest taps, the measurement explain() prints).
 SHIFTED_MMA_MEASURED = {
     "contiguous": (SHIFTED_MMA_FROM_TAPS,
@@ -77,7 +89,9 @@ SHIFTED_MMA_MEASURED = {
                       f"{SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS} taps on rows of >= {SHIFTED_MMA_MIN_OUTPUT_WIDTH} "
                       f"columns, read in place (4 channels a vector load where the strides allow): 2.9-5.9x the "
                       f"Triton shifted family and 50-104x cuDNN on RepLKNet-31B's 27x27-31x31 and SLaK's 31x31 "
-                      f"layers; RepLKNet-31B N=16 step 1.40x stock (A/A 0.99x, 2026-12-05)"),
+                      f"layers; RepLKNet-31B N=16 step 1.40x stock (A/A 0.99x, 2026-12-05); H100, 2026-12-07: "
+                      f"1.1-1.6x the Triton shifted family and 3-11x merged on the 11x11-13x13 in-sample random "
+                      f"shapes"),
 }
 #: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
 #: DILATED_SHIFTED_FROM_MACS on (below, cuDNN). H200, bf16 channels_last, graph replay
@@ -247,10 +261,14 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
         return None  # measured only with its 8-channel blocks in channels_last
     taps = math.prod(problem.filter_size)
     if all(d == 1 for d in problem.dilation):
-        if taps < SHIFTED_FROM_TAPS:
-            return None
-        return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
-                f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
+        if taps >= SHIFTED_FROM_TAPS:
+            return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
+                    f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
+        if taps >= SHIFTED_CHANNELS_LAST_FROM_TAPS and problem.dtype == "bf16" and problem.layout == "channels_last":
+            return (f"H100, 2026-12-07: bf16 channels_last undilated 2-D depthwise filters of >= "
+                    f"{SHIFTED_CHANNELS_LAST_FROM_TAPS} taps, 1.2-3.1x merged and 4.5-170x cuDNN on the 9x9 and "
+                    f"11x11 in-sample random shapes (stride 1 and 2)")
+        return None
     if taps < DILATED_SHIFTED_FROM_TAPS or problem.dtype != "bf16" or problem.layout != "channels_last":
         return None  # measured on UniRepLKNet-T's 7x7 d2 branches, bf16 channels_last, only
     if not _dilated_routed_off_cudnn(problem):

@@ -137,7 +137,13 @@ def test_routing_rules_fire_and_say_so():
     assert plan(attrs.evolve(large_filter, dtype="fp32"), "sm_90").family != "wgrad_shifted"  # not measured
     eleven = ConvProblem.build(batch=32, groups=128, in_channels=128, input_size=(56, 56), filter_size=11,
                                padding=5, layout="channels_last")
-    assert plan(eleven, "sm_90").family == "wgrad_merged"  # below the smallest filter measured (13x13)
+    chosen = plan(eleven, "sm_90")  # bf16 channels_last 9x9-11x11: the in-sample random shapes (session 18)
+    assert chosen.family == "wgrad_shifted" and "in-sample random shapes" in chosen.rule, chosen.rule
+    assert plan(attrs.evolve(eleven, dtype="fp16"), "sm_90").family == "wgrad_merged"  # fp16 not measured there
+    assert plan(attrs.evolve(eleven, layout="contiguous"), "sm_90").family == "wgrad_merged"  # nor NCHW
+    seven = ConvProblem.build(batch=32, groups=128, in_channels=128, input_size=(56, 56), filter_size=7,
+                              padding=3, layout="channels_last")
+    assert plan(seven, "sm_90").family != "wgrad_shifted"  # below the smallest filter measured (9x9)
     odd_channels = ConvProblem.build(batch=32, groups=100, in_channels=100, input_size=(56, 56), filter_size=31,
                                      padding=15, layout="channels_last")
     assert plan(odd_channels, "sm_90").family != "wgrad_shifted"  # 8-channel blocks do not fit: not measured
@@ -156,9 +162,10 @@ def test_routing_rules_fire_and_say_so():
     assert chosen.family == "aten" and "below 1.2e+07" in chosen.rule
     assert plan(small, "gfx950").family == "wgrad_merged"  # measured on CUDA only
     unaligned = ConvProblem.build(batch=32, groups=40, in_channels=40, input_size=(112, 112), filter_size=11,
-                                  padding=5, layout="channels_last")  # 11x11: below the shifted family's class
+                                  padding=5, layout="channels_last", dtype="fp16")  # fp16: not the shifted family's class
     chosen = plan(unaligned, "sm_90")
     assert chosen.family == "aten" and "C=40 not a multiple of 16" in chosen.rule
+    assert plan(attrs.evolve(unaligned, dtype="bf16"), "sm_90").family == "wgrad_shifted"  # C % 8 == 0: measured
     on_amd = plan(small_filter, "gfx950")
     assert on_amd.family == "wgrad_merged" and on_amd.rule.startswith("priority:")
     pinned = plan(small_filter, "sm_90", family="wgrad_merged")

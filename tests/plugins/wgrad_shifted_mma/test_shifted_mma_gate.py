@@ -110,9 +110,10 @@ def test_refused_off_cuda_and_without_bindings_and_with_one_split(monkeypatch, b
     (dict(dtype="fp16"), False),                 # not timed
     (dict(layout="channels_last"), True),
     (dict(input_size=(14, 14), filter_size=27, padding=13, groups=512, in_channels=512, layout="channels_last"), True),
-    # 13x13 channels_last: measured slower than the Triton shifted family (a sector a lane's row load)
-    (dict(input_size=(14, 14), filter_size=13, padding=6, groups=320, in_channels=320, layout="channels_last"), False),
-    (dict(filter_size=25, padding=12, layout="channels_last"), False),   # below the channels_last taps measured
+    # 11x11-13x13 channels_last: fastest on the in-sample random shapes (session 18, H100)
+    (dict(input_size=(14, 14), filter_size=13, padding=6, groups=320, in_channels=320, layout="channels_last"), True),
+    (dict(filter_size=25, padding=12, layout="channels_last"), True),
+    (dict(filter_size=9, padding=4, layout="channels_last"), False),   # below the channels_last taps measured
 ])
 def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     kwargs = {**REPLKNET, **overrides}
