@@ -350,6 +350,16 @@ PY
       timeout ${TABLE_LAYERS_LIMIT_S:-120} python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last,contiguous \
         --rounds 1 --layers --json "$OUT/layers_unirep.json" 2>&1 | grep -v -i warn > "$OUT/layers_unirep.txt"
       grep -E "^[a-z]|all [0-9]+ grouped" "$OUT/layers_unirep.txt" ;;
+    unirephost)
+      # issue 9's UniRepLKNet-T b32 NCHW row: main-thread host time and cProfile differences (both layouts), then
+      # torch.profiler's host-op and kernel differences of a patched step in NCHW (the backward's thread included)
+      for layout in contiguous channels_last; do
+        timeout ${UNIREPHOST_LIMIT_S:-100} python3 tools/step_host.py --models unireplknet_t:32 --layout $layout \
+          --steps 20 --top 30 2>&1 | grep -v -i warn | tee "$OUT/step_host_unirep_$layout.txt" | grep -E "host ms|profiled"
+      done
+      timeout ${UNIREPPROF_LIMIT_S:-120} python3 tools/step_bench.py --models unireplknet_t:32 --layouts contiguous \
+        --same-model --rounds 2 --profile --json "$OUT/profile_unirep_nchw.json" 2>&1 | grep -v -i warn \
+        | tee "$OUT/profile_unirep_nchw.txt" | grep -E "^unirep|profile per step" ;;
     unirep3)
       # UniRepLKNet-T channels_last eager, same model, A/A arm: the built-in router, every depthwise layer to cuDNN,
       # and its 13x13 layers (rows >= 14) to the shifted-MMA family
