@@ -126,9 +126,7 @@ def direct_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str
 
 def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
     """Raise ValueError with the gate's reasons before anything is launched or compiled."""
-    reasons = direct_available(problem, spec, target)
-    if reasons:
-        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+    shared.raise_refusals(problem, spec, direct_available(problem, spec, target))
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:

@@ -166,9 +166,7 @@ def shifted_available(problem: ConvProblem, spec: KernelSpec, target) -> list[st
 
 def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
     """Raise ValueError with the gate's reasons before anything is launched or compiled."""
-    reasons = shifted_available(problem, spec, target)
-    if reasons:
-        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+    shared.raise_refusals(problem, spec, shifted_available(problem, spec, target))
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:

@@ -192,9 +192,8 @@ def _sequence_reasons(problem: ConvProblem) -> list[str]:
 
 
 def validate(problem, spec, target) -> None:
-    reasons = mma_available(problem, spec, target)
-    if reasons:
-        raise ValueError(f"{spec.kernel_name()}: " + "; ".join(reasons))
+    """Raise ValueError with the gate's reasons before anything is launched or compiled."""
+    shared.raise_refusals(problem, spec, mma_available(problem, spec, target))
 
 
 def choose_split_k(problem: ConvProblem) -> int:

@@ -99,9 +99,8 @@ def short1d_available(problem: ConvProblem, spec: KernelSpec, target) -> list[st
 
 
 def validate(problem, spec, target) -> None:
-    reasons = short1d_available(problem, spec, target)
-    if reasons:
-        raise ValueError(f"{spec.kernel_name()}: " + "; ".join(reasons))
+    """Raise ValueError with the gate's reasons before anything is launched or compiled."""
+    shared.raise_refusals(problem, spec, short1d_available(problem, spec, target))
 
 
 def chunks_per_image(problem: ConvProblem) -> int:

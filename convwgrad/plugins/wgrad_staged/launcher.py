@@ -135,9 +135,7 @@ def staged_available(problem: ConvProblem, spec: KernelSpec, target) -> list[str
 
 def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
     """Raise ValueError with the gate's reasons before anything is launched or compiled."""
-    reasons = staged_available(problem, spec, target)
-    if reasons:
-        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+    shared.raise_refusals(problem, spec, staged_available(problem, spec, target))
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:

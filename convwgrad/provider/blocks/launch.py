@@ -177,6 +177,13 @@ def check_offsets(spec: KernelSpec, **tensors: torch.Tensor) -> None:
             )
 
 
+def raise_refusals(problem: ConvProblem, spec: KernelSpec, reasons: list[str]) -> None:
+    """A family's validate(): raise ValueError naming the kernel, the problem and every reason its
+    gate gave, before anything is launched or compiled; nothing where the gate gave none."""
+    if reasons:
+        raise ValueError(f"{spec.kernel_name()} cannot run {problem.describe()}: " + "; ".join(reasons))
+
+
 def check_grid(grid, target: TargetInfo, what: str) -> None:
     for axis, (size, limit) in enumerate(zip(grid, target.max_grid)):
         if size > limit:
