@@ -95,7 +95,14 @@ depthwise, and K defaults to C):
     reader's default, d=1.  Names: ``rand-<idx>-k<k>-s<s>-<C>x<H>`` (1-D
     ``<C>xL<L>``).
 
-Run ``python shapes/make_corpus.py``; it rewrites both files and prints counts.
+``depthwise_fit.csv`` -- 40 more random depthwise shapes for fitting the router, never for scoring it
+    Drawn with ``random.Random(2027)`` from the same strata (40 of them at random) and the same batch
+    and channel rules, but half of them with an odd C: the first 50 random shapes (the in-sample set of
+    session 18) hold 6 odd-C shapes, none with a filter above 7x7, so nothing in-sample measured the
+    odd-C large-filter class the held-out 50 lost most on.  A (C, spatial, k, s) of the random grid is
+    drawn again.  Names: ``fit-<idx>-...``.
+
+Run ``python shapes/make_corpus.py``; it rewrites the three files and prints counts.
 """
 
 from __future__ import annotations
@@ -440,16 +447,33 @@ CH2D = [16, 24, 32, 40, 48, 64, 72, 80, 96, 120, 128, 144, 160, 192, 240, 256, 2
         576, 640, 672, 768, 960, 1024, 1152, 1280, 1536, 2048]
 CH1D = [128, 144, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
 N_RANDOM, N_ODD = 100, 12
+FIT_SEED, N_FIT = 2027, 40
+
+
+STRATA_2D = [(k, s, (hw, hw)) for k in (3, 5, 7, 9, 11, 13, 31) for s in (1, 2) for hw in (7, 14, 28, 56, 112)]
+STRATA_1D = [(k, 1, (L,)) for L in (256, 1024, 4096) for k in (4, 15, 31)]
 
 
 def build_random():
     rng = random.Random(SEED)
-    strata2 = [(k, s, (hw, hw)) for k in (3, 5, 7, 9, 11, 13, 31) for s in (1, 2) for hw in (7, 14, 28, 56, 112)]
-    strata1 = [(k, 1, (L,)) for L in (256, 1024, 4096) for k in (4, 15, 31)]
-    strata = strata2 + rng.sample(strata2, N_RANDOM - len(strata2) - 2 * len(strata1)) + strata1 * 2
+    strata = STRATA_2D + rng.sample(STRATA_2D, N_RANDOM - len(STRATA_2D) - 2 * len(STRATA_1D)) + STRATA_1D * 2
     rng.shuffle(strata)
     odd = set(rng.sample(range(N_RANDOM), N_ODD))
-    rows, seen = [], set()
+    return draw_rows(rng, strata, odd, "rand")
+
+
+def build_fit(random_rows):
+    """The fitting set: N_FIT strata of the random grid's, half with an odd C, none repeating its shapes."""
+    rng = random.Random(FIT_SEED)
+    strata = rng.sample(STRATA_2D + STRATA_1D, N_FIT)
+    odd = set(rng.sample(range(N_FIT), N_FIT // 2))
+    taken = {(int(r["C"]), tuple(int(r[a]) for a in ("H", "W")) if r["H"] else (int(r["L"]),), int(r["k"]), int(r["s"]))
+             for r in random_rows}
+    return draw_rows(rng, strata, odd, "fit", seen=taken)
+
+
+def draw_rows(rng, strata, odd, prefix, seen=None):
+    rows, seen = [], set() if seen is None else set(seen)
     for i, (k, s, spatial) in enumerate(strata):
         elems = math.prod(spatial)
         while True:
@@ -460,7 +484,7 @@ def build_random():
             if N * C * elems < ELEMENT_LIMIT and (C, spatial, k, s) not in seen:
                 break
         seen.add((C, spatial, k, s))
-        name = f"rand-{i:03d}-k{k}-s{s}-{size_label(C, spatial)}"
+        name = f"{prefix}-{i:03d}-k{k}-s{s}-{size_label(C, spatial)}"
         rows.append(row_of(name, N, C, spatial, k, s, None, 1))
     return rows
 
@@ -470,6 +494,8 @@ def main():
     rand = build_random()
     write(os.path.join(HERE, "depthwise_corpus.csv"), corpus)
     write(os.path.join(HERE, "depthwise_random.csv"), rand)
+    fit = build_fit(rand)
+    write(os.path.join(HERE, "depthwise_fit.csv"), fit)
     n_csk = len({(l.C, l.spatial, l.k, l.s) for l in kept})
     print(f"depthwise_corpus.csv: {len(corpus)} distinct layers (of {sum(raw.values())} traced); "
           f"{n_csk} distinct by (C, spatial, k, s) alone")
@@ -478,6 +504,7 @@ def main():
     n_odd = sum(int(r["C"]) % 2 for r in rand)
     print(f"depthwise_random.csv: {len(rand)} rows, {n_odd} odd-C ({n_odd / len(rand):.0%} unmergeable), "
           f"N: {dict(Counter(r['N'] for r in rand))}")
+    print(f"depthwise_fit.csv: {len(fit)} rows, {sum(int(r['C']) % 2 for r in fit)} odd-C")
 
 
 if __name__ == "__main__":
