@@ -13,6 +13,8 @@ that map, so the gate and the launch cannot disagree about it.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from convwgrad.provider.aot import Constexpr
@@ -167,6 +169,34 @@ def shifted_available(problem: ConvProblem, spec: KernelSpec, target) -> list[st
 def validate(problem: ConvProblem, spec: KernelSpec, target) -> None:
     """Raise ValueError with the gate's reasons before anything is launched or compiled."""
     shared.raise_refusals(problem, spec, shifted_available(problem, spec, target))
+
+
+#: The split policy (:func:`choose_split_k`), fitted on the H100 sweep of the 50 in-sample random shapes
+#: (notes/sweep/insample_h100.csv, session 19; the family's planned tile at splits 1-64, isolated calls):
+#: of programs per compute unit {0.5 .. 12} x steps per split {32 .. 1024, unbounded}, 4 programs a unit
+#: with at most 32 (n, row) steps a split captured 0.967 of the best split's time there, against 0.855
+#: for the shared split-K policy (whose ladder 1/4/16/32 and block_k step count fit the GEMM families:
+#: on 4x4-7x7 output planes it chose 4 where 8-16 ran up to 2x faster). The held-out 50 read 0.967 (was 0.917).
+SPLIT_PROGRAMS_PER_CU = 4
+MAX_STEPS_PER_SPLIT = 32
+#: The fp32 partials a split may hold (split_k x |dW| x 4 bytes): past 8-16 splits the time of the large-dW
+#: layers measured flat (31x31 112x112 C1024 N=8: 6.52-6.81 ms from 4 to 64), and 64 partials of that dW are
+#: 252 MB of workspace.
+MAX_SPLIT_WORKSPACE_BYTES = 64 * 2**20
+#: The largest degree the sweep timed (1-64): the policy picks none it has no measurement of.
+MAX_POLICY_SPLIT = 64
+
+
+def choose_split_k(problem: ConvProblem, spec: KernelSpec, target, base_programs: int, max_split_k: int) -> int:
+    """The power of two nearest (by ratio) to the larger of SPLIT_PROGRAMS_PER_CU programs a compute unit
+    over the split-free grid and the busiest ky tile's steps over MAX_STEPS_PER_SPLIT; no split empty, the
+    workspace within MAX_SPLIT_WORKSPACE_BYTES."""
+    steps = outer_geometry(problem, spec).steps if is_outer(spec) else tile_geometry(problem, spec).steps
+    wanted = max(SPLIT_PROGRAMS_PER_CU * target.compute_units / max(1, base_programs), steps / MAX_STEPS_PER_SPLIT)
+    dw_bytes = math.prod(problem.weight_size) * 4
+    limit = max(1, min(max_split_k, MAX_POLICY_SPLIT, steps, MAX_SPLIT_WORKSPACE_BYTES // max(1, dw_bytes)))
+    degrees = [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
+    return min(degrees, key=lambda degree: abs(math.log(degree / wanted)))
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:

@@ -167,3 +167,31 @@ def test_explain_lists_the_family_and_its_layout_note():
     text = str(convwgrad.explain(problem(k=31, size=(56, 56)), "sm_90", family=FAMILY))
     assert "wgrad_shifted_bf16_m32n32k64" in text and "loads are element-wide, strided by C" in text
     assert "wgrad_shifted_bf16_m32n32k16w4s1_spk" in text and "_gm8" in text  # 1 stage: measured faster
+
+
+def _full(batch, channels, size, k, stride=1):
+    return ConvProblem.build(batch=batch, groups=channels, in_channels=channels, out_channels=channels,
+                             input_size=size, filter_size=k, stride=stride, padding=k // 2, dtype="bf16",
+                             layout="channels_last")
+
+
+@pytest.mark.parametrize("p, expected", [
+    # 31x31 s2 on a 4x4 output plane, C=120: 15 programs unsplit, so 4 a unit of the H100's 132 asks for ~35;
+    # the busiest tile has 64 steps, and 32 is the nearest power of two (the shared policy chose 4: 2x slower)
+    (_full(32, 120, (7, 7), 31, stride=2), 32),
+    # C=1536 31x31 s2, 7x7 plane: 192 programs (~2.75 splits) but 224 steps, ~7 a split of 32 -> 8
+    (_full(32, 1536, (14, 14), 31, stride=2), 8),
+    # 31x31 112x112 C1024 N=8: 6272 steps want 196 splits; 64 MiB of partials hold 16 of this dW
+    (_full(8, 1024, (112, 112), 31), 16),
+], ids=["small-plane", "many-channels", "workspace-bound"])
+def test_split_policy_fills_the_units_and_bounds_steps_and_workspace(p, expected):
+    chosen = convwgrad.plan(p, "sm_90", family=FAMILY)
+    assert chosen.split_k == expected, chosen.spec
+    steps = launcher.tile_geometry(p, chosen.spec).steps
+    assert chosen.split_k <= min(steps, launcher.MAX_POLICY_SPLIT)  # never an empty split, never unmeasured
+    assert chosen.split_k * p.weight_size[0] * p.weight_size[2] * p.weight_size[3] * 4 <= launcher.MAX_SPLIT_WORKSPACE_BYTES
+
+
+def test_split_pins_still_override_the_policy():
+    p = _full(32, 120, (7, 7), 31, stride=2)
+    assert convwgrad.plan(p, "sm_90", family=FAMILY, split_k=2).split_k == 2
