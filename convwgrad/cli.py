@@ -345,6 +345,8 @@ def cmd_score(args) -> int:
 
     from .scoring import format_score, plot, read_results, replan, score
 
+    if args.launch != "eager" and not args.replan:
+        raise _UsageError(f"--launch {args.launch} replans the policy: it needs --replan")
     if args.replan and len(args.results) != 1:
         raise _UsageError(f"--replan scores one sweep's results file; {len(args.results)} were given")
     for path in args.results:
@@ -353,7 +355,7 @@ def cmd_score(args) -> int:
         if path:
             _check_writable(path, option)
     if args.replan:
-        scores, unmeasured = replan(args.results[0])
+        scores, unmeasured = replan(args.results[0], launch=args.launch)
         print(f"the current code's plan, looked up among the sweep's measured configs: {len(scores)} shapes; "
               f"{len(unmeasured)} planned a config the sweep did not time (re-time them with "
               f"`sweep --confirm-from {args.results[0]} --changed-only`){': ' if unmeasured else ''}"
@@ -471,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     scorer.add_argument("--replan", action="store_true",
                         help="score the policy of the code as it is now (not the sweep's planned rows), from the "
                              "configs the sweep measured; no GPU needed")
+    scorer.add_argument("--launch", choices=("eager", "graph"), default="eager",
+                        help="with --replan: the plan for eager calls (default), or for launches from CUDA graphs, "
+                             "where the router weighs kernel time only (the sweep's timings)")
     scorer.add_argument("--tuning-cache", metavar="JSON",
                         help="write each shape's fastest verified config (first results file) as a tuning cache")
     scorer.set_defaults(func=cmd_score)

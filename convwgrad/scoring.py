@@ -157,19 +157,21 @@ def _score_shape(shape: str, passed: list[dict]) -> ShapeScore:
     )
 
 
-def replan(path: str, target=None) -> tuple[list[ShapeScore], list[str]]:
+def replan(path: str, target=None, launch: str = "eager") -> tuple[list[ShapeScore], list[str]]:
     """Score the policy of the code as it is now against a sweep's rows, without a GPU: each
     shape's current plan is looked up among the configs the sweep measured. Returns the
     scores of the shapes whose plan was measured, and the names of those whose plan was not
-    (they need a ``sweep --confirm-from`` on the device)."""
+    (they need a ``sweep --confirm-from`` on the device). ``launch``: the plan for eager calls, or
+    for launches from CUDA graphs ("graph"), where only kernel time counts, as in the sweep's timings."""
     from .provider.plan import plan
     from .provider.problem import problem_from_dict
     from .provider.spec import spec_from_dict
-    from .provider.target import PROFILES
+    from .provider.target import PROFILES, launched
 
     scores, unmeasured = [], []
     for shape, passed in _rows_by_shape(path, keep=_timed_with_spec).items():
-        chosen = plan(problem_from_dict(json.loads(passed[0]["problem_json"])), target or PROFILES[passed[0]["target"]])
+        chosen = plan(problem_from_dict(json.loads(passed[0]["problem_json"])),
+                      launched(target or PROFILES[passed[0]["target"]], launch))
         policy = [r for r in passed if spec_from_dict(json.loads(r["spec_json"])) == chosen.spec]
         if not policy:
             unmeasured.append(shape)

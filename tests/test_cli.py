@@ -272,3 +272,11 @@ def test_explain_for_graph_launches(capsys):
     assert "choice:  aten_" in eager and "launched from CUDA graphs" not in eager
     assert "choice:  wgrad_staged_" in graph and "target:  sm_90: cuda, 132 CUs, warp 32, launched from CUDA graphs" in graph
     assert "--launch" in argparse_error_of(capsys, argv + ["--launch", "replay"])
+
+
+def test_score_launch_needs_replan(capsys, tmp_path):
+    from convwgrad.scoring import COLUMNS
+
+    path = tmp_path / "results.csv"
+    path.write_text(",".join(COLUMNS) + "\n")
+    assert "--launch graph replans the policy: it needs --replan" in error_of(capsys, ["score", str(path), "--launch", "graph"])

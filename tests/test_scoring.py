@@ -103,3 +103,34 @@ def test_plot_is_a_png(tmp_path):
     png = tmp_path / "speedups.png"
     assert "written" in plot(read_results(str(path)), str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replan_for_graph_launches_takes_the_graph_route(tmp_path):
+    """A class the router gives to a family only for launches from CUDA graphs (the staged family's small
+    filters): --launch graph scores that plan, the default scores the eager one."""
+    import json
+
+    import attrs
+
+    from convwgrad import plan
+    from convwgrad.provider import PROFILES, ConvProblem
+    from convwgrad.provider.target import launched
+
+    problem = ConvProblem.build(batch=32, groups=144, in_channels=144, out_channels=144, input_size=(56, 56),
+                                filter_size=3, padding=1, dtype="bf16", layout="channels_last")
+    eager, graph = plan(problem, "sm_90"), plan(problem, launched(PROFILES["sm_90"], "graph"))
+    assert (eager.family, graph.family) == ("aten", "wgrad_staged")
+    path = tmp_path / "results.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for chosen, time_ms in ((eager, "0.2"), (graph, "0.1")):
+            writer.writerow({"shape": "mbv2", "problem": problem.describe(), "kernel_name": chosen.kernel_name,
+                             "family": chosen.family, "gm": 1, "spk": chosen.split_k, "tile": "-", "error": "0",
+                             "passed": "True", "time_ms": time_ms, "planned": "False", "note": "", "target": "sm_90",
+                             "device": "test", "problem_json": json.dumps(attrs.asdict(problem)),
+                             "spec_json": json.dumps(attrs.asdict(chosen.spec))})
+    (as_eager,), _ = replan(str(path))
+    (as_graph,), _ = replan(str(path), launch="graph")
+    assert (as_eager.policy_ms, as_graph.policy_ms) == (0.2, 0.1)
+    assert main(["score", str(path), "--replan", "--launch", "graph"]) == 0
