@@ -15,7 +15,7 @@
 # RESULTS.csv lives in $SWEEP_DIR (default /root/convwgrad-sweep), which survives between
 # calls while the machine stays warm; a RESULTS.csv carried in the repository (same name,
 # under notes/sweep/) seeds it on a fresh machine. Extra sweep flags: $SWEEP_ARGS.
-# Set GPU_TESTS=1 to run `pytest -m gpu` alongside the warm phase (log in $OUT).
+# Set GPU_TESTS=1 to run `pytest -m gpu` alongside the warm phase (log in $OUT; TEST_WORKERS=n: pytest-xdist).
 set -uo pipefail
 seconds=$1; shift
 deadline=$(( $(date +%s) + seconds ))
@@ -27,7 +27,7 @@ common=(--first-tile-only --warmup-ms 5 --rep-ms 20 --reference-on-device --no-p
 
 tests_pid=
 if [[ ${GPU_TESTS:-0} == 1 ]]; then
-  python3 -m pytest tests -m gpu -q -p no:cacheprovider --durations=10 >"$OUT/pytest_gpu.txt" 2>&1 &
+  OMP_NUM_THREADS=2 python3 -m pytest tests -m gpu -q -p no:cacheprovider --durations=10 ${TEST_WORKERS:+-n $TEST_WORKERS} >"$OUT/pytest_gpu.txt" 2>&1 &
   tests_pid=$!
 fi
 
