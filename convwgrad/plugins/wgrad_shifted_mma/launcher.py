@@ -336,6 +336,7 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
                               (problem.out_channels // channels, spec.split_k, 1), (32 * channels, 1, 1),
                               2 * channels)
     scalars, arg_types = _stage1_scalars(problem, spec, strides, step)
+    packed = nvrtc.PackedArguments(arg_types, scalars)  # both kernels take the same parameter list
     stage1_grid, _ = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
     name = stage1_kernel_name(problem, 0, step)
@@ -347,8 +348,8 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
         chosen = general
         if cooperative is not None and x_ptr % cooperative.alignment == 0 and dy_ptr % cooperative.alignment == 0:
             chosen = cooperative
-        nvrtc.launch(chosen.function, chosen.grid, chosen.block, stream, (x_ptr, dy_ptr, partials.data_ptr(),
-                     *scalars), arg_types, chosen.name)
+        packed.launch(chosen.function, chosen.grid, chosen.block, stream, (x_ptr, dy_ptr, partials.data_ptr()),
+                      chosen.name)
         return chosen.name
 
     return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, name)

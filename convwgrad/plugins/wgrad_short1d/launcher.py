@@ -181,14 +181,15 @@ def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
     stage1((x_vectors, dy_vectors))   # built and loaded here, not in a launch (a capture may follow)
     scalars = (problem.batch, problem.out_channels, *problem.input_size, *problem.output_size,
                chunks_per_image(problem), chunks_per_split(problem, spec.split_k), *strides)
+    packed = nvrtc.PackedArguments(_ARG_TYPES, scalars)
     stage1_grid, _ = grids(problem, spec)
     shared.check_grid(stage1_grid, target, spec.kernel_name())
 
     def first_stage(x, dy, partials, stream):
         x_ptr, dy_ptr = x.data_ptr(), dy.data_ptr()
         pair = (x_vectors and x_ptr % 16 == 0, dy_vectors and dy_ptr % 16 == 0)
-        nvrtc.launch(stage1(pair), stage1_grid, (32 * WARPS, 1, 1), stream,
-                     (x_ptr, dy_ptr, partials.data_ptr(), *scalars), _ARG_TYPES, KERNELS[pair])
+        packed.launch(stage1(pair), stage1_grid, (32 * WARPS, 1, 1), stream, (x_ptr, dy_ptr, partials.data_ptr()),
+                      KERNELS[pair])
         return KERNELS[pair]
 
     return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, KERNELS[(x_vectors, dy_vectors)])

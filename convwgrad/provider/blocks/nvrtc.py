@@ -9,7 +9,9 @@ reason it is missing, which the families' gates return as their refusal.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import threading
 
 import torch
 
@@ -72,13 +74,38 @@ def local_memory_bytes(function) -> int:
     return local
 
 
-def launch(function, grid, block, stream: int, args, arg_types, what: str) -> None:
-    """One launch of ``function`` on ``stream`` (torch's raw stream handle), no dynamic shared
-    memory; ``args`` the kernel's arguments in order, ``arg_types`` their ctypes."""
-    (driver, _), _ = bindings()
-    (err,) = driver.cuLaunchKernel(function, *grid, *block, 0, stream, (tuple(args), tuple(arg_types)), 0)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{what}: cuLaunchKernel: {err}")
+class PackedArguments:
+    """A kernel's arguments as ctypes values packed once, with the ``void*`` array over them that
+    cuLaunchKernel reads: a launch writes the pointer slots and passes the array's address (cuda-bindings
+    takes an int ``kernelParams`` as a ready ``void**``). Packing a tuple of (values, types) on every
+    launch cost ~24 us a launch of host CPU on the GPU machine (12 launches a UniRepLKNet-T step in NCHW,
+    cProfile, session 19). The first ``pointers`` arguments are the per-call device pointers, the rest
+    the prepared call's fixed scalars. Slots are written and read under a lock: two threads launching one
+    prepared call (autograd's device threads, a data loader's) never see each other's pointers."""
+
+    def __init__(self, arg_types, scalars, pointers: int = 3):
+        if len(arg_types) != pointers + len(scalars):
+            raise ValueError(f"{len(arg_types)} argument types for {pointers} pointers and {len(scalars)} scalars")
+        self._slots = [kind(0) for kind in arg_types[:pointers]]
+        self._values = self._slots + [kind(value) for kind, value in zip(arg_types[pointers:], scalars)]
+        self._array = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
+        self.address = ctypes.addressof(self._array)
+        self._lock = threading.Lock()
+
+    def values(self) -> list[int]:
+        """The arguments as the array addresses them (for tests)."""
+        return [ctypes.cast(self._array[i], ctypes.POINTER(type(v))).contents.value or 0
+                for i, v in enumerate(self._values)]
+
+    def launch(self, function, grid, block, stream: int, pointers, what: str) -> None:
+        """One launch of ``function`` on ``stream`` with ``pointers`` in the pointer slots."""
+        (driver, _), _ = bindings()
+        with self._lock:
+            for slot, value in zip(self._slots, pointers):
+                slot.value = value
+            (err,) = driver.cuLaunchKernel(function, *grid, *block, 0, stream, self.address, 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{what}: cuLaunchKernel: {err}")
 
 
 def bound_two_stages(problem, spec, input, out, stage1, first_kernel: str):
@@ -103,7 +130,8 @@ def bound_two_stages(problem, spec, input, out, stage1, first_kernel: str):
 
     def launch_stages(x, dy, out, workspace):
         partials = (workspace if workspace.numel() % 4 == 0 else workspace[:nbytes]).view(torch.float32)
-        kernels[0] = stage1(x, dy, partials, torch.cuda.current_stream(device_index).cuda_stream)
+        # the raw handle, without the Stream object torch.cuda.current_stream builds (~8 us a call there)
+        kernels[0] = stage1(x, dy, partials, torch._C._cuda_getCurrentRawStream(device_index))
         second(partials, out)
 
     def run(x, dy, out, workspace):
