@@ -39,6 +39,10 @@ VECTOR_CHANNEL_MULTIPLE = 16
 OPT_IN_FAMILIES = (
     "wgrad_shifted", "wgrad_shifted_mma", "wgrad_short1d", "wgrad_direct", "wgrad_staged", "aten_channels_last",
 )
+#: Where the classes of several opt-in families hold a problem, the lowest number here wins (the rest: 1, then
+#: the families' priority order). The staged family's 9x9 class (STAGED_LARGE_TAPS) lies inside the shifted
+#: and shifted-MMA families' and was measured faster than both there.
+OPT_IN_PRECEDENCE = {"wgrad_staged": 0}
 #: Fewest filter taps for which the shifted family was measured faster than merged and cuDNN.
 #: H200, bf16, tools/family_bench.py, 2026-12-03 (notes/PERF.md): 13x13 at 7x7 C1024 N=16
 #: (21 us; merged 87, cuDNN 350), 27x27 at 14x14 C512 N=16 (89; 571, 1806), 31x31 at 56x56 C128
@@ -53,6 +57,12 @@ SHIFTED_FROM_TAPS = 13 * 13
 #: C288 1872 (3838, 318202; the staged family's 889 was faster there, and is not routed above 7x7). Scored on
 #: the 50 held-out shapes never used to fit it (notes/PERF.md "Session 18").
 SHIFTED_CHANNELS_LAST_FROM_TAPS = 9 * 9
+#: bf16 channels_last with a channel count its 8-channel blocks do not divide (element loads, one channel a
+#: program): fewest taps for the shifted family. Fitted on the fitting set (notes/sweep/fit_h100.csv, H100,
+#: isolated calls, session 19; the first 50 random shapes hold no odd channel count above 7x7): it beat cuDNN on
+#: every such layer there, 9x9 s2 14x14 C325 3.9x, 31x31 7x7 C565 15x, 31x31 s2 56x56 C657 11.9x, and 9x9 56x56
+#: C137 4.7x (the shifted-MMA family, 27x, takes that one: rows >= 14, stride 1).
+SHIFTED_ODD_CHANNELS_FROM_TAPS = 9 * 9
 #: Fewest filter taps, and narrowest output rows, for which the shifted-MMA family (issue 11) was
 #: measured faster than the Triton shifted family, merged and cuDNN. H200, bf16, NCHW-contiguous,
 #: graph replay, same process (tools/proto_shifted_mma.py --bench, notes/PERF.md "Session 11"):
@@ -77,7 +87,11 @@ SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
 #: notes/sweep/insample_h100.csv): 11x11 14x14 C1536 N=32 173 us (Triton shifted 193, merged 592, cuDNN 1836),
 #: 11x11 28x28 C192 71 (115, 318, 974), 13x13 56x56 C48 66 (108, 414, 1275), 13x13 56x56 C32 62 (98, 306,
 #: 886): the family was fastest on every such layer it admits, rows >= 14. It was not timed on 9x9 there.
-SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS = 11 * 11
+#: Session 19 moved it to 9x9, fitted on the in-sample random shapes and the fitting set
+#: (notes/sweep/{insample,fit}_h100.csv, H100, isolated calls): 9x9 56x56 C137 N=32 143 us (Triton shifted 827,
+#: cuDNN 3892), 9x9 28x28 C240 78 (107, 869; the staged family's 67 was faster there, and takes such layers
+#: first: STAGED_LARGE_TAPS).
+SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS = 9 * 9
 #: The layouts the class was measured faster in: (fewest taps, the measurement explain() prints).
 SHIFTED_MMA_MEASURED = {
     "contiguous": (SHIFTED_MMA_FROM_TAPS,
@@ -91,6 +105,7 @@ SHIFTED_MMA_MEASURED = {
                       f"Triton shifted family and 50-104x cuDNN on RepLKNet-31B's 27x27-31x31 and SLaK's 31x31 "
                       f"layers; RepLKNet-31B N=16 step 1.40x stock (A/A 0.99x, 2026-12-05); H100, 2026-12-07: "
                       f"1.1-1.6x the Triton shifted family and 3-11x merged on the 11x11-13x13 in-sample random "
+                      f"shapes; H100, 2026-12-07: 1.4-5.8x the Triton shifted family on 9x9 in-sample and fitting "
                       f"shapes"),
 }
 #: Dilated 2-D depthwise filters of at least this many taps go to the shifted family from
@@ -159,15 +174,28 @@ STAGED_GRAPH_TAPS = (3 * 3, 5 * 5, 7 * 7)
 STAGED_GRAPH_FROM_MACS = 30_000_000
 
 
+#: Square filters the staged family takes for every launch, eager included (same class otherwise: bf16
+#: channels_last depthwise, undilated, stride 1-2, output planes larger than the filter, >= STAGED_GRAPH_FROM_MACS):
+#: there the router's choice before was the Triton shifted family, whose eager call costs the same host time
+#: (a patched layer, two stages), so kernel time decides. Fitted on the in-sample random shapes and the fitting
+#: set (notes/sweep/{insample,fit}_h100.csv, H100, isolated calls, session 19): faster than every other family on
+#: all five such 9x9 layers, 1.6-2.4x the shifted family (112x112 C288 889 us against 1872; s2 56x56 C288 142
+#: against 248; s2 112x112 C256 478 against 951; s2 56x56 C768 265 against 639; 28x28 C240 67 against 107, the
+#: shifted-MMA family 78). On the 4x4-plane 9x9 s2 layer it ran 1.9x slower than shifted (the plane bound).
+STAGED_LARGE_TAPS = (9 * 9,)
+STAGED_LARGE_MEASUREMENT = (
+    "H100, 2026-12-07: bf16 channels_last depthwise 9x9 filters of stride 1-2 on output planes larger than the filter: "
+    "1.6-2.4x the Triton shifted family and 1.2x the shifted-MMA family on every such in-sample and fitting shape")
+
+
 def _staged_measured_faster(problem, target) -> str | None:
-    if target.launch != "graph":
-        return None  # eager: the host time of a patched call outweighed the kernel's gain (see above)
     if (problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype != "bf16"
             or problem.layout != "channels_last" or any(d != 1 for d in problem.dilation)):
         return None  # measured on bf16 channels_last depthwise layers only
     kh, kw = problem.filter_size
     taps = kh * kw
-    if kh != kw or taps not in STAGED_GRAPH_TAPS or problem.stride[0] != problem.stride[1] or problem.stride[0] > 2:
+    if kh != kw or taps not in STAGED_GRAPH_TAPS + STAGED_LARGE_TAPS or problem.stride[0] != problem.stride[1] \
+            or problem.stride[0] > 2:
         return None
     if math.prod(problem.output_size) <= taps:
         # a filter as large as the output plane is mostly padding, which the staged rows still load
@@ -175,6 +203,10 @@ def _staged_measured_faster(problem, target) -> str | None:
         return None
     if problem.flops // 2 < STAGED_GRAPH_FROM_MACS:
         return None
+    if taps in STAGED_LARGE_TAPS:
+        return STAGED_LARGE_MEASUREMENT
+    if target.launch != "graph":
+        return None  # eager: the host time of a patched call outweighed the kernel's gain over cuDNN (see above)
     return (f"H200, 2026-12-04: launched from CUDA graphs, bf16 channels_last depthwise 3x3/5x5/7x7 filters of "
             f"stride 1-2, output planes larger than the filter, >= {STAGED_GRAPH_FROM_MACS:.1e} multiply-adds: "
             f"faster than cuDNN in kernel time on every such layer of MobileNetV2 and EfficientNet-B0 (N=128, "
@@ -253,14 +285,21 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
         return _shifted_mma_measured_faster(problem)
     if family == "wgrad_short1d":
         return _short1d_measured_faster(problem)
+    if family == "wgrad_direct":
+        return _direct_measured_faster(problem)
     if family != "wgrad_shifted":
         return None
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
         return None  # fp32 (TF32 dots, 4-byte loads) was not measured
-    if problem.layout == "channels_last" and problem.in_channels % 8:
-        return None  # measured only with its 8-channel blocks in channels_last
     taps = math.prod(problem.filter_size)
+    if problem.layout == "channels_last" and problem.in_channels % 8 and not (
+            taps >= SHIFTED_ODD_CHANNELS_FROM_TAPS and problem.dtype == "bf16" and all(d == 1 for d in problem.dilation)):
+        return None  # measured with its 8-channel blocks in channels_last, and with odd channels from 9x9 only
     if all(d == 1 for d in problem.dilation):
+        if problem.layout == "channels_last" and problem.in_channels % 8:
+            return (f"H100, 2026-12-07: bf16 channels_last undilated 2-D depthwise filters of >= "
+                    f"{SHIFTED_ODD_CHANNELS_FROM_TAPS} taps with C={problem.in_channels} not a multiple of 8 (element "
+                    f"loads): 3.9-15x cuDNN on every such 9x9-31x31 fitting shape")
         if taps >= SHIFTED_FROM_TAPS:
             return (f"H200, 2026-12-03: undilated 2-D depthwise filters of >= {SHIFTED_FROM_TAPS} taps, 4.1-12x "
                     f"faster than merged and 15-20x cuDNN on RepLKNet-31B's 13x13, 27x27 and 31x31 layers")
@@ -326,6 +365,26 @@ SHORT1D_MEASUREMENT = (
     "3.0-3.5x cuDNN on Mamba k=4 (d=1024, 5120) and a TCN k=3 layer")
 
 
+#: The direct family's class: bf16 channels_last 1-D depthwise filters of these taps (stride 1, undilated) whose
+#: channel count merged does not load as vectors (C % VECTOR_CHANNEL_MULTIPLE != 0; merged, 1.1x direct where it
+#: does, is refused there by the rule above and the layer went to cuDNN). Fitted on the fitting set
+#: (notes/sweep/fit_h100.csv, H100, isolated calls, session 19): L1024 C517 k4 N=32 79.5 us (cuDNN 350), L4096
+#: C147 k4 104.6 -> 131 (cuDNN 437; the short-1-D family, NCHW-routed only, 105). Other taps were not measured.
+DIRECT_1D_TAPS = (4,)
+DIRECT_1D_MEASUREMENT = (
+    f"H100, 2026-12-07: bf16 channels_last 1-D depthwise filters of {', '.join(map(str, DIRECT_1D_TAPS))} taps with a "
+    f"channel count not a multiple of {VECTOR_CHANNEL_MULTIPLE} (merged loads stay element-wide): 3.3-4.4x cuDNN")
+
+
+def _direct_measured_faster(problem) -> str | None:
+    if (problem.spatial_dims == 1 and problem.cpg == 1 and problem.kpg == 1 and problem.dtype == "bf16"
+            and problem.layout == "channels_last" and tuple(problem.stride) == (1,) and tuple(problem.dilation) == (1,)
+            and problem.filter_size[0] in DIRECT_1D_TAPS and problem.in_channels % VECTOR_CHANNEL_MULTIPLE
+            and problem.flops // 2 >= MIN_TRITON_MACS):
+        return DIRECT_1D_MEASUREMENT
+    return None
+
+
 def _short1d_measured_faster(problem) -> str | None:
     if (problem.spatial_dims == 1 and problem.cpg == 1 and problem.kpg == 1 and problem.dtype == "bf16"
             and problem.layout == "contiguous" and tuple(problem.stride) == (1,) and tuple(problem.dilation) == (1,)
@@ -370,12 +429,13 @@ def select(problem, target, candidates, families) -> Choice | None:
     admitted = [spec for spec, verdict in candidates if verdict]
     if not admitted:
         return None
-    for spec in admitted:  # an opt-in family where it was measured faster comes first
-        measured = spec.family in OPT_IN_FAMILIES and opt_in_measured_faster(problem, target, spec.family)
-        if measured:
-            return _aten_if_measured_faster(problem, target, spec, admitted) or Choice(
-                spec=spec, rule=f"measured: {spec.family} is faster than the families above it and aten on "
-                                f"{target.backend} ({measured}); first admitted candidate")
+    measured_classes = [(spec, measured) for spec in admitted if spec.family in OPT_IN_FAMILIES
+                        and (measured := opt_in_measured_faster(problem, target, spec.family))]
+    if measured_classes:  # an opt-in family where it was measured faster comes first
+        spec, measured = min(measured_classes, key=lambda pair: OPT_IN_PRECEDENCE.get(pair[0].family, 1))  # stable
+        return _aten_if_measured_faster(problem, target, spec, admitted) or Choice(
+            spec=spec, rule=f"measured: {spec.family} is faster than the families above it and aten on "
+                            f"{target.backend} ({measured}); first admitted candidate")
     routed = [spec for spec in admitted if spec.family not in OPT_IN_FAMILIES]
     if not routed:  # only opt-in families offered: a pin chose them
         spec = admitted[0]

@@ -113,7 +113,9 @@ def test_refused_off_cuda_and_without_bindings_and_with_one_split(monkeypatch, b
     # 11x11-13x13 channels_last: fastest on the in-sample random shapes (session 18, H100)
     (dict(input_size=(14, 14), filter_size=13, padding=6, groups=320, in_channels=320, layout="channels_last"), True),
     (dict(filter_size=25, padding=12, layout="channels_last"), True),
-    (dict(filter_size=9, padding=4, layout="channels_last"), False),   # below the channels_last taps measured
+    (dict(filter_size=7, padding=3, layout="channels_last"), False),   # below the channels_last taps measured
+    # 9x9 channels_last with a channel count the staged family refuses (the fitting set, session 19)
+    (dict(filter_size=9, padding=4, groups=137, in_channels=137, layout="channels_last"), True),
 ])
 def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     kwargs = {**REPLKNET, **overrides}

@@ -75,7 +75,7 @@ def test_graph_launches_route_the_measured_class_to_it(shape):
     _problem(input_size=(3, 3), filter_size=5, padding=2),  # a filter larger than its output plane
     _problem(dtype="fp16"), _problem(dtype="fp32"),  # measured in bf16 only
     _problem(layout="contiguous"),
-    _problem(filter_size=9, padding=4),  # 9x9: not measured
+    _problem(filter_size=9, padding=4, input_size=(8, 8), stride=2),  # 9x9 over a 4x4 plane: 1.9x slower than shifted
     _problem(filter_size=(3, 5), padding=(1, 2)),
     _problem(dilation=2, padding=6),
     _problem(batch=1, input_size=(14, 14)),  # 1.8e6 multiply-adds: below the smallest layer measured
@@ -85,6 +85,22 @@ def test_graph_launches_leave_the_rest_where_it_was(problem):
     chosen = convwgrad.plan(problem, _graph())
     assert chosen.family != FAMILY
     assert chosen.family == convwgrad.plan(problem, "sm_90").family
+
+
+@pytest.mark.parametrize("launch", ["eager", "graph"])
+@pytest.mark.parametrize("shape", [
+    dict(batch=32, groups=288, in_channels=288, input_size=(112, 112), filter_size=9, padding=4),  # 889 us, shifted 1872
+    dict(batch=32, groups=288, in_channels=288, input_size=(56, 56), filter_size=9, stride=2, padding=4),  # 142 vs 248
+    dict(batch=32, groups=240, in_channels=240, input_size=(28, 28), filter_size=9, padding=4),  # 67, shifted-MMA 78
+], ids=["112-s1", "56-s2", "28-s1"])
+def test_9x9_layers_go_to_it_for_every_launch(shape, launch):
+    """9x9 was the shifted families' class, whose eager calls cost the same host time: kernel time decides
+    (the fitting set, session 19), ahead of the shifted-MMA family's class, which holds these layers too."""
+    p = ConvProblem.build(**shape, dtype="bf16", layout="channels_last")
+    chosen = convwgrad.plan(p, launched(resolve_target("sm_90"), launch))
+    assert chosen.family == FAMILY and "9x9 filters" in chosen.rule, chosen.rule
+    odd = ConvProblem.build(**{**shape, "groups": 291, "in_channels": 291}, dtype="bf16", layout="channels_last")
+    assert convwgrad.plan(odd, "sm_90").family != FAMILY  # its 16-byte column copies refuse C=291
 
 
 def test_graph_launches_route_nothing_to_it_off_cuda():
