@@ -30,12 +30,13 @@ VECTOR_CHANNEL_MULTIPLE = 16
 #: (``plan(problem, family=...)``, ``convwgrad bench``) and are swept. Without this they would take
 #: problems the others refuse (e.g. an odd channel count) from aten untimed. H200, 2026-12-03: the
 #: shifted family (issue 11) was measured faster on large 2-D filters; the direct family (issue 10)
-#: slower than cuDNN on every layer measured (0.3-0.6x), so it has no class; the aten channels_last
+#: slower than cuDNN on every 2-D layer measured (0.3-0.6x), its class 1-D channels_last k=4 with channel counts merged
+#: does not vectorise (:data:`DIRECT_1D_TAPS`, session 19); the aten channels_last
 #: family (NCHW operands copied for cuDNN's channels_last kernels) faster than torch's NCHW path on
 #: NCHW 5x5 and 7x7 layers (session 6, :data:`RELAYOUT_TAPS`); the staged family (issue 10) faster
 #: than cuDNN in kernel time on most small depthwise layers inside models, but each eager call's host
 #: time outweighs that in the host-bound eager steps measured, so its class is graph launches only
-#: (:data:`STAGED_GRAPH_TAPS`).
+#: (:data:`STAGED_GRAPH_TAPS`), but for 9x9, where it replaces the shifted families (:data:`STAGED_LARGE_TAPS`).
 OPT_IN_FAMILIES = (
     "wgrad_shifted", "wgrad_shifted_mma", "wgrad_short1d", "wgrad_direct", "wgrad_staged", "aten_channels_last",
 )
@@ -167,7 +168,7 @@ RELAYOUT_FROM_MACS = 100_000_000
 #: the compiled layer's bias add moved out of the op (frameworks/torch_ops.eager_conv), 1.005x after;
 #: with this rule (15 routed, its three 7x7-plane layers left to cuDNN) 1.001x: no loss, no gain shown.
 #: In eager steps the family lost (0.88-0.98x, host-bound: ~100 us of host time an eager call inside
-#: autograd's engine thread), so the eager router gives it nothing.
+#: autograd's engine thread), so the eager router gives it none of these (its 9x9 class: STAGED_LARGE_TAPS).
 STAGED_GRAPH_TAPS = (3 * 3, 5 * 5, 7 * 7)
 #: The smallest layer of the class measured faster (MobileNetV2 N=128, 14x14 -> 7x7 C576 3x3
 #: stride 2: 3.3e7 multiply-adds); smaller ones were not measured.
