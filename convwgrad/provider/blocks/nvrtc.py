@@ -77,9 +77,10 @@ def local_memory_bytes(function) -> int:
 class PackedArguments:
     """A kernel's arguments as ctypes values packed once, with the ``void*`` array over them that
     cuLaunchKernel reads: a launch writes the pointer slots and passes the array's address (cuda-bindings
-    takes an int ``kernelParams`` as a ready ``void**``). Packing a tuple of (values, types) on every
-    launch cost ~24 us a launch of host CPU on the GPU machine (12 launches a UniRepLKNet-T step in NCHW,
-    cProfile, session 19). The first ``pointers`` arguments are the per-call device pointers, the rest
+    takes an int ``kernelParams`` as a ready ``void**``). The launch that packed a tuple of (values, types)
+    on every call took ~24 us a launch under cProfile on the GPU machine (12 launches a UniRepLKNet-T step in
+    NCHW, session 19); this one's cost there is not measured yet. The driver copies the parameters when
+    the call is made (a CUDA-graph capture included), so the slots are free again on return. The first ``pointers`` arguments are the per-call device pointers, the rest
     the prepared call's fixed scalars. Slots are written and read under a lock: two threads launching one
     prepared call (autograd's device threads, a data loader's) never see each other's pointers."""
 
