@@ -42,6 +42,9 @@ class FamilyPlugin:
         admission_note: Callable = lambda problem, spec, target: "",
         splits_k: bool = False,
         max_split_k: int = 1,
+        #: (problem, spec, target, base_programs, max_split_k) -> int: the family's own split policy for its
+        #: tiled specs; without it the shared split-K selector chooses
+        choose_split_k: Callable | None = None,
     ):
         self.name = name
         self.priority = priority
@@ -56,6 +59,7 @@ class FamilyPlugin:
         self._compile = compile
         self._prepare = prepare
         self._note = admission_note
+        self._choose_split_k = choose_split_k
 
     def __repr__(self) -> str:
         return f"<FamilyPlugin {self.name}>"
@@ -100,6 +104,12 @@ class FamilyPlugin:
     def convwgrad_prepare_launch(self, problem, spec, target, input, grad_output, out):
         if self._mine(spec) and self._prepare is not None:
             return self._prepare(problem, spec, target, input, grad_output, out)
+
+    @hookimpl
+    def convwgrad_choose_split_k(self, problem, spec, target, base_programs, max_split_k):
+        if self._mine(spec) and self._choose_split_k is not None and spec.tile is not None:
+            return self._choose_split_k(problem, spec, target, base_programs, max_split_k)
+        return None
 
     @hookimpl
     def convwgrad_compile(self, problem, spec, target):

@@ -15,7 +15,6 @@ import math
 from convwgrad.provider.blocks.checks import tiled_kernel_reasons
 from convwgrad.provider.blocks.launch import MAX_SPLIT_K, needs_wide_index, workspace_nbytes
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.spec import KernelSpec, Tile, pow2_at_least
 
 from . import launcher
@@ -83,17 +82,7 @@ def layout_note(problem, spec, target) -> str:
             "16-byte aligned, so input loads stay narrow; channels_last is the fast layout)")
 
 
-class DirectFamilyPlugin(FamilyPlugin):
-    """FamilyPlugin plus the family's own split policy (launcher.choose_split_k) for its specs."""
-
-    @hookimpl
-    def convwgrad_choose_split_k(self, problem, spec, target, base_programs, max_split_k):
-        if self._mine(spec) and spec.tile is not None:
-            return launcher.choose_split_k(problem, spec, target, base_programs, max_split_k)
-        return None
-
-
-plugin = DirectFamilyPlugin(
+plugin = FamilyPlugin(
     name=FAMILY,
     priority=PRIORITY,
     description="depthwise/channel-multiplier dW on CUDA cores: [taps, channels, columns] fp32 accumulators, "
@@ -106,6 +95,7 @@ plugin = DirectFamilyPlugin(
     workspace_nbytes=workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    choose_split_k=launcher.choose_split_k,
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

@@ -34,7 +34,6 @@ from __future__ import annotations
 from convwgrad.provider.blocks.checks import MIN_BLOCK, NUM_STAGES, NUM_WARPS, allows_tf32, tiled_kernel_reasons
 from convwgrad.provider.blocks.launch import MAX_SPLIT_K, needs_wide_index, workspace_nbytes
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.spec import KernelSpec, Tile, cdiv, pow2_at_least
 
 from . import launcher
@@ -161,17 +160,7 @@ def layout_note(problem, spec, target) -> str:
     return ""
 
 
-class ShiftedFamilyPlugin(FamilyPlugin):
-    """FamilyPlugin plus the family's own split policy (launcher.choose_split_k) for its specs."""
-
-    @hookimpl
-    def convwgrad_choose_split_k(self, problem, spec, target, base_programs, max_split_k):
-        if self._mine(spec) and spec.tile is not None:
-            return launcher.choose_split_k(problem, spec, target, base_programs, max_split_k)
-        return None
-
-
-plugin = ShiftedFamilyPlugin(
+plugin = FamilyPlugin(
     name=FAMILY,
     priority=PRIORITY,
     description="depthwise dW per channel as a GEMM of shifted views (kx x ky taps, none wasted on channel pairs); "
@@ -184,6 +173,7 @@ plugin = ShiftedFamilyPlugin(
     workspace_nbytes=workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    choose_split_k=launcher.choose_split_k,
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from convwgrad.provider.blocks.launch import needs_wide_index
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
@@ -57,17 +56,7 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
     return reasons
 
 
-class ShiftedMMAFamilyPlugin(FamilyPlugin):
-    """FamilyPlugin plus the family's own split policy (launcher.choose_split_k)."""
-
-    @hookimpl
-    def convwgrad_choose_split_k(self, problem, spec, target, base_programs, max_split_k):
-        if self._mine(spec):
-            return min(launcher.choose_split_k(problem), max_split_k)
-        return None
-
-
-plugin = ShiftedMMAFamilyPlugin(
+plugin = FamilyPlugin(
     name=FAMILY,
     priority=PRIORITY,
     description="depthwise 2-D dW of large filters (and 1-D, filters up to 128 taps) as a shifted GEMM on mma.sync "
@@ -80,6 +69,9 @@ plugin = ShiftedMMAFamilyPlugin(
     workspace_nbytes=launcher.workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    # the launcher's policy reads the problem alone (splits of the batch or of the sequence units)
+    choose_split_k=lambda problem, spec, target, base_programs, max_split_k: min(launcher.choose_split_k(problem),
+                                                                                 max_split_k),
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

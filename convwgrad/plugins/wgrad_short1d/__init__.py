@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from convwgrad.provider.blocks.launch import needs_wide_index
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
@@ -59,17 +58,7 @@ def layout_note(problem, spec, target) -> str:
     return ""
 
 
-class Short1DFamilyPlugin(FamilyPlugin):
-    """FamilyPlugin plus the family's own split policy (launcher.choose_split_k)."""
-
-    @hookimpl
-    def convwgrad_choose_split_k(self, problem, spec, target, base_programs, max_split_k):
-        if self._mine(spec):
-            return min(launcher.choose_split_k(problem), max_split_k)
-        return None
-
-
-plugin = Short1DFamilyPlugin(
+plugin = FamilyPlugin(
     name=FAMILY,
     priority=PRIORITY,
     description="depthwise 1-D dW of short filters (2-9 taps) on CUDA cores (CUDA C++ by NVRTC): a warp a channel, "
@@ -82,6 +71,9 @@ plugin = Short1DFamilyPlugin(
     workspace_nbytes=launcher.workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    # the launcher's policy reads the problem alone (splits of the batch or of the sequence units)
+    choose_split_k=lambda problem, spec, target, base_programs, max_split_k: min(launcher.choose_split_k(problem),
+                                                                                 max_split_k),
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

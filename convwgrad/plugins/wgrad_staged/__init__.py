@@ -20,7 +20,6 @@ from __future__ import annotations
 from convwgrad.provider.blocks.checks import tiled_kernel_reasons
 from convwgrad.provider.blocks.launch import MAX_SPLIT_K, needs_wide_index, workspace_nbytes
 from convwgrad.provider.family import FamilyPlugin
-from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
@@ -51,17 +50,7 @@ def not_supported_reasons(problem, spec, target) -> list[str]:
                                 launcher.reduction_steps, min_block=1, powers_of_two=False)
 
 
-class StagedFamilyPlugin(FamilyPlugin):
-    """FamilyPlugin plus the family's own split policy (launcher.choose_split_k) for its specs."""
-
-    @hookimpl
-    def convwgrad_choose_split_k(self, problem, spec, target, base_programs, max_split_k):
-        if self._mine(spec) and spec.tile is not None:
-            return launcher.choose_split_k(problem, spec, target, base_programs, max_split_k)
-        return None
-
-
-plugin = StagedFamilyPlugin(
+plugin = FamilyPlugin(
     name=FAMILY,
     priority=PRIORITY,
     description="depthwise 2-D dW of small filters on CUDA cores: channels_last rows staged in shared memory "
@@ -73,6 +62,7 @@ plugin = StagedFamilyPlugin(
     workspace_nbytes=workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
+    choose_split_k=launcher.choose_split_k,
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )
