@@ -73,6 +73,7 @@
 #            layouts, same model, A/A arm, TABLE_ROUNDS rounds (default 8), then UniRepLKNet-T b32's per-layer dW in the model
 #   native   the native warm path built and loaded (run it before the parts that time or test it)
 #   hostpaired  issue 9's host overhead by the paired method (tools/host_overhead.py --paired): thread CPU a call
+#   regnethost  RegNetY-016 b128 channels_last: step_host.py's host-time differences and torch.profiler's, stock vs patched
 #   unirep3  UniRepLKNet-T b32 CL eager steps: built-in router, all depthwise to cuDNN, 13x13 to the shifted-MMA family
 #   regnetnchw  RegNetY-016 128 NCHW eager steps, 5 rounds, A/A arm (session 12 read 0.985x)
 #   oldnew   the shifted-MMA any-strides kernel of git c52017f beside this one (tools/mma_old_vs_new.py), ncu of both
@@ -360,6 +361,14 @@ PY
       timeout ${UNIREPPROF_LIMIT_S:-120} python3 tools/step_bench.py --models unireplknet_t:32 --layouts contiguous \
         --same-model --rounds 2 --profile --json "$OUT/profile_unirep_nchw.json" 2>&1 | grep -v -i warn \
         | tee "$OUT/profile_unirep_nchw.txt" | grep -E "^unirep|profile per step" ;;
+    regnethost)
+      # issue 9's last open row: RegNetY-016 b128 channels_last, all 27 layers planned for cuDNN, reads 0.98-0.99x;
+      # main-thread host time and cProfile differences, then torch.profiler's kernel and host-op differences
+      timeout ${REGNETHOST_LIMIT_S:-100} python3 tools/step_host.py --models regnety_016:128 --layout channels_last \
+        --steps 20 --top 30 2>&1 | grep -v -i warn | tee "$OUT/step_host_regnet_cl.txt" | grep -E "host ms|profiled"
+      timeout ${REGNETPROF_LIMIT_S:-120} python3 tools/step_bench.py --models regnety_016:128 --layouts channels_last \
+        --same-model --rounds 2 --profile --json "$OUT/profile_regnet_cl.json" 2>&1 | grep -v -i warn \
+        | tee "$OUT/profile_regnet_cl.txt" | grep -E "^regnet|profile per step" ;;
     unirep3)
       # UniRepLKNet-T channels_last eager, same model, A/A arm: the built-in router, every depthwise layer to cuDNN,
       # and its 13x13 layers (rows >= 14) to the shifted-MMA family
