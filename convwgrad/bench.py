@@ -15,7 +15,7 @@ from .provider.plan import candidates, plan as make_plan, plan_spec
 from .provider.problem import ConvProblem
 from .provider.reference import TOLERANCE, TOLERANCE_TF32, reference_weight_grad, relative_error
 from .provider.spec import KernelSpec
-from .provider.target import current_target
+from .provider.target import current_target, launched
 
 #: split_k degrees every sweep tries (the planned degree is added); inadmissible ones drop out.
 SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64)
@@ -160,8 +160,12 @@ def bench_problem(
     timed: bool = True,
     specs=None,
     family: str | None = None,
+    launch: str = "eager",
 ) -> ProblemResult:
     """Verify every admissible config of ``problem`` and time the ones that pass.
+
+    ``launch`` names the plan marked as planned: the plan for eager calls, or for kernels launched
+    from CUDA graphs (``"graph"``, where the router weighs kernel time only).
 
     ``specs`` replaces the sweep's configs (the planned one is always added); ``family`` keeps
     one family's configs (beside the planned one).
@@ -174,7 +178,7 @@ def bench_problem(
     generator = torch.Generator().manual_seed(seed)
     x, dy = make_inputs(problem, device, generator)
     reference = reference_weight_grad(problem, x, dy, device=device if reference_on_device else "cpu")
-    planned = make_plan(problem, target)
+    planned = make_plan(problem, launched(target, launch))
     results = []
     if specs is None:
         specs = sweep_specs(problem, target, splits=splits, first_tile_only=first_tile_only, family=family)

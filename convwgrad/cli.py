@@ -236,7 +236,7 @@ def cmd_sweep(args) -> int:
         result = bench_problem(label, problem, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=progress,
                                splits=args.splits, first_tile_only=args.first_tile_only, graph=args.graph,
                                reference_on_device=args.reference_on_device, timed=not args.verify_only,
-                               specs=confirm[label] if confirm else None)
+                               specs=confirm[label] if confirm else None, launch=args.launch)
         # one shape at a time, appended, so a sweep cut off by a time limit keeps what it measured
         write_results([result], output, append=args.resume or bool(results))
         results.append(result)
@@ -326,14 +326,14 @@ def _confirm_selection(args, problems):
 
     from .provider.plan import plan as make_plan
     from .provider.spec import spec_from_dict
-    from .provider.target import current_target
+    from .provider.target import current_target, launched
     from .scoring import planned_specs, reference_specs
 
     confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(args.confirm_from).items()}
     problems = [(label, p) for label, p in problems if label in confirm]
     if args.changed_only:
         before = planned_specs(args.confirm_from)
-        target = current_target("cuda" if torch.cuda.is_available() else "cpu")
+        target = launched(current_target("cuda" if torch.cuda.is_available() else "cpu"), args.launch)
         problems = [(label, p) for label, p in problems
                     if label not in before or make_plan(p, target).spec != spec_from_dict(before[label])]
         print(f"{len(problems)} shapes whose plan changed since {args.confirm_from}", file=sys.stderr)
@@ -459,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "from an earlier results file: scores a revised policy by measurement")
     sweep.add_argument("--changed-only", action="store_true",
                        help="with --confirm-from: only the shapes whose plan differs from that file's")
+    sweep.add_argument("--launch", choices=("eager", "graph"), default="eager",
+                       help="the plan marked as planned (and compared by --changed-only): for eager calls (default), "
+                            "or for kernels launched from CUDA graphs, where the router weighs kernel time only")
     sweep.add_argument("--verify-only", action="store_true",
                        help="verify (and so compile) every config without timing: run several shards of this in "
                             "parallel to warm Triton's kernel cache before one timed sweep")

@@ -9,13 +9,16 @@
 #   replaced). WARM_PROCS (default 14) processes compile the kernels first, in parallel;
 #   PYTEST_ARGS, if set, runs `pytest $PYTEST_ARGS` alongside that warm phase; AFTER_WARM, if
 #   set, is a command run after both, before the timed pass (the GPU is otherwise idle then).
+#   LAUNCH=graph confirms the plan for kernels launched from CUDA graphs (`sweep --launch graph`);
+#   its files are named confirm_graph_<RESULTS>.csv and score_graph_<RESULTS>.txt.
 set -uo pipefail
 seconds=$1; shift
 deadline=$(( $(date +%s) + seconds ))
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 procs=${WARM_PROCS:-14}
-common=(--first-tile-only --reference-on-device --no-progress --warmup-ms 5 --rep-ms 20 --changed-only)
+launch=${LAUNCH:-eager}; tag=; [[ $launch == eager ]] || tag=${launch}_
+common=(--first-tile-only --reference-on-device --no-progress --warmup-ms 5 --rep-ms 20 --changed-only --launch "$launch")
 
 tests_pid=
 if [[ -n ${PYTEST_ARGS:-} ]]; then
@@ -36,7 +39,7 @@ echo "warm phase: $(( $(date +%s) - start )) s"
 [[ -n ${AFTER_WARM:-} ]] && bash -c "$AFTER_WARM"
 
 for pair in "$@"; do
-  shapes=${pair%%=*}; results=${pair#*=}; name=$(basename "$results" .csv)
+  shapes=${pair%%=*}; results=${pair#*=}; name=$tag$(basename "$results" .csv)
   left=$(( deadline - $(date +%s) ))
   (( left > 10 )) || break
   timeout "$left" python3 -m convwgrad.cli sweep "$shapes" -o "$OUT/confirm_$name.csv" --confirm-from "$results" \

@@ -231,7 +231,8 @@ def aten_measured_faster(problem, target, family: str) -> str | None:
     """Why aten is faster than ``family`` for ``problem``'s class on ``target``, or None."""
     if target.backend != "cuda":
         return None  # no measurement elsewhere yet
-    if family in SMALL_LAYER_RULE_FAMILIES and problem.flops // 2 < MIN_TRITON_MACS:
+    if family in SMALL_LAYER_RULE_FAMILIES and target.launch != "graph" and problem.flops // 2 < MIN_TRITON_MACS:
+        # a host-time rule: replayed from a CUDA graph a layer costs no host time, and kernel time decides
         return (f"H200, 2026-12-03: {problem.flops // 2:.2e} multiply-adds, below {MIN_TRITON_MACS:.1e}: the "
                 f"kernel time a Triton family saves there is less than the host time a patched layer adds")
     if family == "wgrad_splitk":
@@ -287,7 +288,7 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
     if family == "wgrad_short1d":
         return _short1d_measured_faster(problem)
     if family == "wgrad_direct":
-        return _direct_measured_faster(problem)
+        return _direct_measured_faster(problem, target)
     if family != "wgrad_shifted":
         return None
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
@@ -377,11 +378,11 @@ DIRECT_1D_MEASUREMENT = (
     f"channel count not a multiple of {VECTOR_CHANNEL_MULTIPLE} (merged loads stay element-wide): 3.3-4.4x cuDNN")
 
 
-def _direct_measured_faster(problem) -> str | None:
+def _direct_measured_faster(problem, target) -> str | None:
     if (problem.spatial_dims == 1 and problem.cpg == 1 and problem.kpg == 1 and problem.dtype == "bf16"
             and problem.layout == "channels_last" and tuple(problem.stride) == (1,) and tuple(problem.dilation) == (1,)
             and problem.filter_size[0] in DIRECT_1D_TAPS and problem.in_channels % VECTOR_CHANNEL_MULTIPLE
-            and problem.flops // 2 >= MIN_TRITON_MACS):
+            and (target.launch == "graph" or problem.flops // 2 >= MIN_TRITON_MACS)):
         return DIRECT_1D_MEASUREMENT
     return None
 

@@ -15,9 +15,12 @@ pytestmark = pytest.mark.gpu
 #: fp16 was not measured there, so the same layer in fp16 stays on wgrad_merged's Triton kernels with split-K.
 TRITON_SPLIT_DTYPE = torch.float16
 
-#: (name, input shape, weight shape, padding, dtype, family): one single-stage and one split-K layer
+#: (name, input shape, weight shape, padding, dtype, family): the NVRTC shifted-MMA family (channels_last from
+#: 9x9, routing.SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS), the Triton shifted family (odd channel counts from 9x9,
+#: routing.SHIFTED_ODD_CHANNELS_FROM_TAPS) and a Triton split-K layer of wgrad_merged
 LAYERS = [
-    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted"),
+    ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted_mma"),
+    ("replk-13x13-odd-c", (16, 127, 14, 14), (127, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted"),
     ("conformer-1d-k31", (8, 256, 200), (256, 1, 31), 15, TRITON_SPLIT_DTYPE, "wgrad_merged"),
 ]
 

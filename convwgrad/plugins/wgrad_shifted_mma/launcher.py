@@ -104,6 +104,17 @@ COPY_LEN = 160
 #: Stage-1 CTAs aimed at: ~8 an SM of 132 over the run, each CTA 4 channels x a run of images.
 #: Chosen before measuring (session 11); the timed layers ran at this value.
 TARGET_CTAS = 132 * 8
+#: 2-D filters: stage-1 CTAs aimed at, 32 an SM of 132 (4 x TARGET_CTAS), the split rounded to a power of two
+#: (the batch sizes users train with are) and capped at MAX_SPLIT_2D and at MAX_PARTIALS_PER_INPUT_BYTE. Fitted
+#: on the in-sample random shapes and the fitting set (notes/sweep/{insample,fit}_h100.csv, H100, isolated
+#: calls, session 20): the family's time at this split is 0.978 of its best swept split's (geomean, 29 shapes,
+#: min 0.90); session 11's policy (TARGET_CTAS, degrees that split the batch evenly: 3, 5, 7, 11) was 0.938.
+#: More splits rarely cost (the 56x56 and 28x28 rows were flat from 8 to 64) but the partials are written and
+#: read again: on 31x31 filters over 7x7 planes 64 splits ran 2.4x slower than 4.
+TARGET_CTAS_2D = 132 * 32
+MAX_SPLIT_2D = 32
+#: Bytes of fp32 partials (splits x channels x taps x 4) a split may add per byte of input, at most: 8.
+MAX_PARTIALS_PER_INPUT_BYTE = 8
 DTYPES = {"bf16": (), "fp16": ("-DELEM_IS_FP16",)}
 
 
@@ -205,8 +216,16 @@ def choose_split_k(problem: ConvProblem) -> int:
     if problem.spatial_dims == 1:
         units = sequence_schedule(problem, 1).units_per_split   # one split: all the units
         return max(2, cdiv(units, cdiv(units, _sequence_target_splits(problem))))
-    splits = max(1, min(problem.batch, cdiv(TARGET_CTAS, ctas_per_split)))
+    input_bytes = problem.batch * problem.in_channels * math.prod(problem.input_size) * problem.element_size
+    partial_bytes = problem.out_channels * math.prod(problem.filter_size) * 4
+    wanted = min(TARGET_CTAS_2D / ctas_per_split, MAX_SPLIT_2D, MAX_PARTIALS_PER_INPUT_BYTE * input_bytes / partial_bytes)
+    splits = min(problem.batch, _power_of_two(wanted, math.floor(math.log2(wanted) + 0.5)))
     return max(2, cdiv(problem.batch, cdiv(problem.batch, splits)))
+
+
+def _power_of_two(wanted: float, exponent: int) -> int:
+    """2 ** exponent, at least 1 (below one split wanted, one)."""
+    return 1 if wanted < 1 else 2 ** max(0, exponent)
 
 
 def images_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
@@ -232,7 +251,10 @@ class SequenceSchedule(NamedTuple):
 def _sequence_target_splits(problem: ConvProblem, step: int = SEQUENCE_STEP) -> int:
     """Splits that give TARGET_CTAS stage-1 CTAs, as many as the batch's steps allow."""
     steps = problem.batch * sequence_steps(problem, step)
-    return max(1, min(steps, cdiv(TARGET_CTAS, cdiv(problem.out_channels, WARPS)), shared.MAX_SPLIT_K))
+    wanted = min(steps, cdiv(TARGET_CTAS, cdiv(problem.out_channels, WARPS)), shared.MAX_SPLIT_K)
+    # rounded down to a power of two (fitted with the 2-D rule, session 20: 0.959 of the best swept split's time
+    # on the 18 in-sample and fitting 1-D shapes, 0.936 before; L4096 C841 k15 ran 2x slower at 6 splits than at 2)
+    return max(1, _power_of_two(wanted, math.floor(math.log2(wanted))))
 
 
 def sequence_schedule(problem: ConvProblem, split_k: int, step: int = SEQUENCE_STEP) -> SequenceSchedule:
