@@ -16,11 +16,11 @@ pytestmark = pytest.mark.gpu
 TRITON_SPLIT_DTYPE = torch.float16
 
 #: (name, input shape, weight shape, padding, dtype, family): the NVRTC shifted-MMA family (channels_last from
-#: 9x9, routing.SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS), the Triton shifted family (odd channel counts from 9x9,
-#: routing.SHIFTED_ODD_CHANNELS_FROM_TAPS) and a Triton split-K layer of wgrad_merged
+#: 9x9, routing.SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS), the Triton shifted family (output rows narrower than
+#: routing.SHIFTED_MMA_MIN_OUTPUT_WIDTH) and a Triton split-K layer of wgrad_merged
 LAYERS = [
     ("replk-13x13", (16, 128, 14, 14), (128, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted_mma"),
-    ("replk-13x13-odd-c", (16, 127, 14, 14), (127, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted"),
+    ("replk-13x13-7x7-plane", (16, 128, 7, 7), (128, 1, 13, 13), 6, torch.bfloat16, "wgrad_shifted"),
     ("conformer-1d-k31", (8, 256, 200), (256, 1, 31), 15, TRITON_SPLIT_DTYPE, "wgrad_merged"),
 ]
 
