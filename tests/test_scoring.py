@@ -134,3 +134,29 @@ def test_replan_for_graph_launches_takes_the_graph_route(tmp_path):
     (as_graph,), _ = replan(str(path), launch="graph")
     assert (as_eager.policy_ms, as_graph.policy_ms) == (0.2, 0.1)
     assert main(["score", str(path), "--replan", "--launch", "graph"]) == 0
+
+
+def test_sweep_launch_graph_marks_the_plan_for_graph_launches(tmp_path, monkeypatch):
+    """`sweep --launch graph` (what gpu_confirm.sh's LAUNCH=graph runs) marks the plan made for graph launches
+    as planned; on the interpreter both launches plan alike, so the target the plan was asked for is checked."""
+    from convwgrad import bench
+
+    asked = []
+    real = bench.make_plan
+
+    def recording(problem, target=None, **pins):
+        asked.append(target.launch)
+        return real(problem, target, **pins)
+
+    monkeypatch.setattr(bench, "make_plan", recording)
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("name,N,C,g,H,W,k,s\ntiny,1,8,8,5,5,3,1\n")
+    results = tmp_path / "results.csv"
+    common = ["--splits", "1", "--first-tile-only", "--no-progress", "--dtype", "fp32", "--verify-only"]
+    assert main(["sweep", str(shapes), "-o", str(results), "--launch", "graph", *common]) == 0
+    assert asked[0] == "graph"   # the planned row's plan (the eager plan is still swept beside it)
+    rows = list(csv.DictReader(open(results)))
+    assert sum(r["planned"] == "True" for r in rows) == 1
+    asked.clear()
+    assert main(["sweep", str(shapes), "-o", str(results), *common]) == 0
+    assert asked and set(asked) == {"eager"}

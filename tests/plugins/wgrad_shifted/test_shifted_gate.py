@@ -195,3 +195,18 @@ def test_split_policy_fills_the_units_and_bounds_steps_and_workspace(p, expected
 def test_split_pins_still_override_the_policy():
     p = _full(32, 120, (7, 7), 31, stride=2)
     assert convwgrad.plan(p, "sm_90", family=FAMILY, split_k=2).split_k == 2
+
+
+def test_small_layer_host_rule_holds_for_eager_calls_only():
+    """Below routing.MIN_TRITON_MACS an eager call stays with cuDNN (the patched layer's host time); replayed
+    from a CUDA graph it costs none, and the family measured faster in kernel time takes it."""
+    from convwgrad.provider.target import launched
+    from convwgrad.selectors.routing import MIN_TRITON_MACS
+
+    small = ConvProblem.build(batch=32, groups=32, in_channels=32, input_size=(7, 7), filter_size=11, padding=5,
+                              dtype="bf16", layout="channels_last")   # rand-083: shifted 5.35x cuDNN in kernel time
+    assert small.flops // 2 < MIN_TRITON_MACS
+    eager = convwgrad.plan(small, PROFILES["sm_90"])
+    assert eager.family == "aten" and "below" in eager.rule, eager.rule
+    graph = convwgrad.plan(small, launched(PROFILES["sm_90"], "graph"))
+    assert graph.family == FAMILY and graph.rule.startswith("measured:"), graph.rule

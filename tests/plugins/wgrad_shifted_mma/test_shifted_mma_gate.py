@@ -228,3 +228,37 @@ def test_stage1_kernel_by_filter_and_loads(filter_size, small, dilation, binding
         assert name in launcher.KERNEL_NAMES and name.endswith("_t16_kernel") == small
         assert (f"_cl{channels}_" in name) == bool(channels)
         assert ("_dilated_cols_" in name) == (p.dilation[1] > 1)
+
+
+@pytest.mark.parametrize("channels,size,k,expected", [
+    (24, 56, 7, launcher.MAX_SPLIT_2D),    # 6 CTAs a split: the cap
+    (1536, 14, 11, 8),                     # 384 CTAs a split: 4224 / 384 = 11 -> 8
+    (565, 7, 31, 8),                       # 31x31 partials on a 7x7 plane: the partials cap (6.5 -> 8)
+    (128, 56, 31, 32),                     # RepLKNet-31B's first 31x31 layer
+])
+def test_2d_split_is_the_power_of_two_nearest_the_wanted_one(channels, size, k, expected):
+    p = ConvProblem.build(batch=32, groups=channels, in_channels=channels, input_size=(size, size), filter_size=k,
+                          padding=k // 2, dtype="bf16", layout="channels_last")
+    assert launcher.choose_split_k(p) == expected
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 8, 12, 32, 33, 64, 128])
+@pytest.mark.parametrize("channels", [8, 96, 565, 2048])
+def test_2d_split_holds_images_in_every_split_and_respects_its_caps(batch, channels):
+    p = ConvProblem.build(batch=batch, groups=channels, in_channels=channels, input_size=(14, 14), filter_size=13,
+                          padding=6, dtype="bf16", layout="channels_last")
+    split = launcher.choose_split_k(p)
+    per = math.ceil(p.batch / split)
+    assert split >= 2 and per * (split - 1) < max(p.batch, 2), (split, per)   # no split left empty (from 2 images)
+    assert split <= max(2, min(p.batch, launcher.MAX_SPLIT_2D))
+    if p.batch >= launcher.MAX_SPLIT_2D and p.batch & (p.batch - 1) == 0:
+        assert split & (split - 1) == 0, split   # a power of two where the batch is one
+
+
+@pytest.mark.parametrize("channels,length,k", [(841, 4096, 15), (144, 256, 15), (1024, 4096, 31), (4096, 4096, 31)])
+def test_1d_target_split_is_a_power_of_two(channels, length, k):
+    p = ConvProblem.build(batch=32, groups=channels, in_channels=channels, input_size=(length,), filter_size=k,
+                          padding=k // 2, dtype="bf16", layout="channels_last")
+    target = launcher._sequence_target_splits(p)
+    assert target & (target - 1) == 0 and target <= math.ceil(launcher.TARGET_CTAS / math.ceil(channels / launcher.WARPS))
+    assert launcher.choose_split_k(p) >= 2
