@@ -222,6 +222,8 @@ def _staged_measured_faster(problem, target) -> str | None:
 #: 71-95 us on those at 14x14 (C=320, 1.8e7 MACs), against ~30-50 us of host time a patched layer
 #: costs over the stock one in eager mode (tools/host_overhead.py, stock_layer vs patched_layer);
 #: that model's eager step is host-bound (92 ms a step for 66 ms of kernels), so host time is step time.
+#: Eager calls only: replayed from a CUDA graph (target.launch == "graph") a layer costs no host time, and the
+#: family measured faster in kernel time takes it (rand-083, C32 11x11 on a 7x7 plane: shifted 5.35x cuDNN).
 MIN_TRITON_MACS = 12_000_000
 #: The families that rule was measured for (another plugin's family is its own author's to route).
 SMALL_LAYER_RULE_FAMILIES = ("wgrad_merged", "wgrad_shifted")
