@@ -10,6 +10,7 @@ from convwgrad.plugins.wgrad_staged import launcher
 from convwgrad.provider import ConvProblem, Tile
 from convwgrad.provider.plan import NoCandidateError
 from convwgrad.provider.target import launched, resolve_target
+from convwgrad.selectors import routing
 
 FAMILY = "wgrad_staged"
 CONVNEXT = dict(batch=64, groups=96, in_channels=96, input_size=(56, 56), filter_size=7, padding=3)
@@ -84,7 +85,12 @@ def test_graph_launches_route_the_measured_class_to_it(shape):
 def test_graph_launches_leave_the_rest_where_it_was(problem):
     chosen = convwgrad.plan(problem, _graph())
     assert chosen.family != FAMILY
-    assert chosen.family == convwgrad.plan(problem, "sm_90").family
+    eager = convwgrad.plan(problem, "sm_90")
+    if eager.family == "aten" and "below" in eager.rule:
+        # the small-layer rule is a host-time rule (routing.MIN_TRITON_MACS): graph launches skip it
+        assert chosen.family in routing.SMALL_LAYER_RULE_FAMILIES, (chosen.family, eager.rule)
+    else:
+        assert chosen.family == eager.family
 
 
 @pytest.mark.parametrize("launch", ["eager", "graph"])
