@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the depthwise weight-gradient shape corpus (stdlib only, deterministic).
 
-Writes two CSV files next to this script, header ``name,N,C,g,D,H,W,L,k,s,p,d``
+Writes four CSV files next to this script, header ``name,N,C,g,D,H,W,L,k,s,p,d``
 (the keys ``convwgrad.shapes.read_csv`` accepts; every row has ``g = C``, i.e.
 depthwise, and K defaults to C):
 
@@ -102,7 +102,14 @@ depthwise, and K defaults to C):
     odd-C large-filter class the held-out 50 lost most on.  A (C, spatial, k, s) of the random grid is
     drawn again.  Names: ``fit-<idx>-...``.
 
-Run ``python shapes/make_corpus.py``; it rewrites the three files and prints counts.
+``depthwise_fit_narrow.csv`` -- 24 large filters over narrow planes, for fitting one routing class
+    Drawn with ``random.Random(2028)``: 9x9, 11x11, 13x13 and 31x31 filters, stride 1, over 7x7, 10x10 and
+    13x13 planes (output rows narrower than the shifted-MMA family's routed 14), each stratum twice, the
+    second draw with an odd C; no (C, spatial, k, s) of the other two random sets again.  The first
+    fitting set held one such odd-C row (fit-018) and it disagreed with the in-sample one (rand-005), so
+    the class could not be fitted.  Names: ``narrow-<idx>-...``.
+
+Run ``python shapes/make_corpus.py``; it rewrites the four files and prints counts.
 """
 
 from __future__ import annotations
@@ -448,6 +455,11 @@ CH2D = [16, 24, 32, 40, 48, 64, 72, 80, 96, 120, 128, 144, 160, 192, 240, 256, 2
 CH1D = [128, 144, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
 N_RANDOM, N_ODD = 100, 12
 FIT_SEED, N_FIT = 2027, 40
+#: A second fitting set for one class the router cannot decide from the first (session 20): large filters over
+#: narrow planes (output rows < 14), where the shifted-MMA family is kept off and the Triton shifted family with
+#: odd channel counts ran 2x slower than it (fit-018: 31x31 on 7x7, C565). Two draws a stratum, one odd C.
+NARROW_SEED = 2028
+STRATA_NARROW = [(k, s, (hw, hw)) for k in (9, 11, 13, 31) for s in (1,) for hw in (7, 10, 13)]
 
 
 STRATA_2D = [(k, s, (hw, hw)) for k in (3, 5, 7, 9, 11, 13, 31) for s in (1, 2) for hw in (7, 14, 28, 56, 112)]
@@ -470,6 +482,16 @@ def build_fit(random_rows):
     taken = {(int(r["C"]), tuple(int(r[a]) for a in ("H", "W")) if r["H"] else (int(r["L"]),), int(r["k"]), int(r["s"]))
              for r in random_rows}
     return draw_rows(rng, strata, odd, "fit", seen=taken)
+
+
+def build_fit_narrow(taken_rows):
+    """The narrow-plane fitting set: every STRATA_NARROW stratum twice, the second draw with an odd C."""
+    rng = random.Random(NARROW_SEED)
+    strata = [stratum for stratum in STRATA_NARROW for _ in range(2)]
+    odd = set(range(1, len(strata), 2))
+    taken = {(int(r["C"]), tuple(int(r[a]) for a in ("H", "W")) if r["H"] else (int(r["L"]),), int(r["k"]), int(r["s"]))
+             for r in taken_rows}
+    return draw_rows(rng, strata, odd, "narrow", seen=taken)
 
 
 def draw_rows(rng, strata, odd, prefix, seen=None):
@@ -496,6 +518,8 @@ def main():
     write(os.path.join(HERE, "depthwise_random.csv"), rand)
     fit = build_fit(rand)
     write(os.path.join(HERE, "depthwise_fit.csv"), fit)
+    narrow = build_fit_narrow(rand + fit)
+    write(os.path.join(HERE, "depthwise_fit_narrow.csv"), narrow)
     n_csk = len({(l.C, l.spatial, l.k, l.s) for l in kept})
     print(f"depthwise_corpus.csv: {len(corpus)} distinct layers (of {sum(raw.values())} traced); "
           f"{n_csk} distinct by (C, spatial, k, s) alone")
@@ -505,6 +529,7 @@ def main():
     print(f"depthwise_random.csv: {len(rand)} rows, {n_odd} odd-C ({n_odd / len(rand):.0%} unmergeable), "
           f"N: {dict(Counter(r['N'] for r in rand))}")
     print(f"depthwise_fit.csv: {len(fit)} rows, {sum(int(r['C']) % 2 for r in fit)} odd-C")
+    print(f"depthwise_fit_narrow.csv: {len(narrow)} rows, {sum(int(r['C']) % 2 for r in narrow)} odd-C")
 
 
 if __name__ == "__main__":
