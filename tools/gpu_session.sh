@@ -347,7 +347,7 @@ PY
     table9)
       timeout ${TABLE_LIMIT_S:-330} python3 tools/step_bench.py --same-model --with-control --rounds ${TABLE_ROUNDS:-8} \
         --models ${TABLE_MODELS:-convnext_tiny:64,mobilenetv2_100:128,efficientnet_b0:128,regnety_016:128,unireplknet_t:32} \
-        --json "$OUT/steps_table9.json" 2>&1 | grep -v -i warn | tee "$OUT/steps_table9.txt" | grep -E "^[a-z]"
+        --json "$OUT/steps_table9.json" 2>&1 | grep -v -i warn | tee "$OUT/steps_table9.txt" | grep -E "^[a-z]|fastest quarter"
       timeout ${TABLE_LAYERS_LIMIT_S:-120} python3 tools/step_bench.py --models unireplknet_t:32 --layouts channels_last,contiguous \
         --rounds 1 --layers --json "$OUT/layers_unirep.json" 2>&1 | grep -v -i warn > "$OUT/layers_unirep.txt"
       grep -E "^[a-z]|all [0-9]+ grouped" "$OUT/layers_unirep.txt" ;;
