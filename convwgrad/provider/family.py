@@ -23,6 +23,12 @@ from .hookspecs import hookimpl
 from .spec import Verdict
 
 
+def split_policy_of_problem(choose: Callable) -> Callable:
+    """A ``choose_split_k`` for FamilyPlugin from a policy that reads the problem alone (``choose(problem)``,
+    the NVRTC families' splits of the batch or of the sequence units), held to the plan's ``max_split_k``."""
+    return lambda problem, spec, target, base_programs, max_split_k: min(choose(problem), max_split_k)
+
+
 class FamilyPlugin:
     def __init__(
         self,

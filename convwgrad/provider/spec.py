@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 from attrs import field
 from attrs.validators import instance_of
@@ -19,6 +21,16 @@ def pow2_at_least(value: int, floor: int = 1) -> int:
     size = floor
     while size < value:
         size *= 2
+    return size
+
+
+def pow2_nearest(wanted: float, limit: int | None = None, down: bool = False) -> int:
+    """The power of two nearest ``wanted`` by ratio (``down``: the largest not above it), at least 1 and,
+    with ``limit``, at most the largest power of two not above ``limit``: the families' split policies."""
+    exponent = math.log2(wanted) if wanted > 1 else 0.0
+    size = 2 ** (math.floor(exponent) if down else math.floor(exponent + 0.5))
+    while limit is not None and size > max(1, limit):
+        size //= 2
     return size
 
 

@@ -461,3 +461,14 @@ def test_explanation_prints_the_same_outside_its_manager():
         inside = str(exp)
     assert inside.splitlines()[4].startswith("   late_bf16")  # highest priority, listed first
     assert str(exp) == inside
+
+
+@pytest.mark.parametrize("wanted,limit,down,expected", [
+    (0.3, None, False, 1), (1, None, False, 1), (2.8, None, False, 2), (2.9, None, False, 4),  # ratio: 2.83 between
+    (11, None, False, 8), (12, None, False, 16), (12, None, True, 8), (63.9, None, True, 32),
+    (100, 64, False, 64), (100, 40, False, 32), (3, 0, False, 1), (6, 5, False, 4),
+])
+def test_pow2_nearest_by_ratio_within_the_limit(wanted, limit, down, expected):
+    from convwgrad.provider.spec import pow2_nearest
+
+    assert pow2_nearest(wanted, limit=limit, down=down) == expected

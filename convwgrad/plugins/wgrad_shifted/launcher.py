@@ -21,7 +21,7 @@ from convwgrad.provider.aot import Constexpr
 from convwgrad.provider.blocks import launch as shared
 from convwgrad.provider.blocks.checks import allows_tf32
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.spec import KernelSpec, cdiv, pow2_at_least
+from convwgrad.provider.spec import KernelSpec, cdiv, pow2_at_least, pow2_nearest
 
 from .kernels import _wgrad_shifted_cblock_kernel, _wgrad_shifted_kernel, _wgrad_shifted_outer_kernel
 
@@ -194,9 +194,7 @@ def choose_split_k(problem: ConvProblem, spec: KernelSpec, target, base_programs
     steps = outer_geometry(problem, spec).steps if is_outer(spec) else tile_geometry(problem, spec).steps
     wanted = max(SPLIT_PROGRAMS_PER_CU * target.compute_units / max(1, base_programs), steps / MAX_STEPS_PER_SPLIT)
     dw_bytes = math.prod(problem.weight_size) * 4
-    limit = max(1, min(max_split_k, MAX_POLICY_SPLIT, steps, MAX_SPLIT_WORKSPACE_BYTES // max(1, dw_bytes)))
-    degrees = [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
-    return min(degrees, key=lambda degree: abs(math.log(degree / wanted)))
+    return pow2_nearest(wanted, limit=min(max_split_k, MAX_POLICY_SPLIT, steps, MAX_SPLIT_WORKSPACE_BYTES // max(1, dw_bytes)))
 
 
 def grids(problem: ConvProblem, spec: KernelSpec) -> tuple[tuple[int, int, int], ...]:

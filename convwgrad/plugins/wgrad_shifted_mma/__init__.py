@@ -28,7 +28,7 @@ and the dilated layers the router takes from cuDNN by multiply-adds on rows of >
 from __future__ import annotations
 
 from convwgrad.provider.blocks.launch import needs_wide_index
-from convwgrad.provider.family import FamilyPlugin
+from convwgrad.provider.family import FamilyPlugin, split_policy_of_problem
 from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
@@ -69,9 +69,7 @@ plugin = FamilyPlugin(
     workspace_nbytes=launcher.workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
-    # the launcher's policy reads the problem alone (splits of the batch or of the sequence units)
-    choose_split_k=lambda problem, spec, target, base_programs, max_split_k: min(launcher.choose_split_k(problem),
-                                                                                 max_split_k),
+    choose_split_k=split_policy_of_problem(launcher.choose_split_k),
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )

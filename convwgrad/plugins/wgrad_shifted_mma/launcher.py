@@ -24,7 +24,7 @@ import torch
 from convwgrad.provider.blocks import launch as shared
 from convwgrad.provider.blocks import nvrtc
 from convwgrad.provider.problem import ConvProblem
-from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
+from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv, pow2_nearest
 
 SOURCE = pathlib.Path(__file__).with_name("kernels.cu")
 #: Warps (channels) a CTA of the kernel for operands of any strides, as the source's WARPS.
@@ -219,16 +219,8 @@ def choose_split_k(problem: ConvProblem) -> int:
     input_bytes = problem.batch * problem.in_channels * math.prod(problem.input_size) * problem.element_size
     partial_bytes = problem.out_channels * math.prod(problem.filter_size) * 4
     wanted = min(TARGET_CTAS_2D / ctas_per_split, MAX_SPLIT_2D, MAX_PARTIALS_PER_INPUT_BYTE * input_bytes / partial_bytes)
-    splits = min(problem.batch, _power_of_two(wanted))
+    splits = min(problem.batch, pow2_nearest(wanted))
     return max(2, cdiv(problem.batch, cdiv(problem.batch, splits)))
-
-
-def _power_of_two(wanted: float, down: bool = False) -> int:
-    """The power of two nearest ``wanted`` on a log scale (``down``: the largest not above it); 1 below 1."""
-    if wanted < 1:
-        return 1
-    exponent = math.log2(wanted)
-    return 2 ** (math.floor(exponent) if down else math.floor(exponent + 0.5))
 
 
 def images_per_split(problem: ConvProblem, spec: KernelSpec) -> int:
@@ -257,7 +249,7 @@ def _sequence_target_splits(problem: ConvProblem, step: int = SEQUENCE_STEP) -> 
     wanted = min(steps, cdiv(TARGET_CTAS, cdiv(problem.out_channels, WARPS)), shared.MAX_SPLIT_K)
     # rounded down to a power of two (fitted with the 2-D rule, session 20: 0.959 of the best swept split's time
     # on the 18 in-sample and fitting 1-D shapes, 0.936 before; L4096 C841 k15 ran 2x slower at 6 splits than at 2)
-    return _power_of_two(wanted, down=True)
+    return pow2_nearest(wanted, down=True)
 
 
 def sequence_schedule(problem: ConvProblem, split_k: int, step: int = SEQUENCE_STEP) -> SequenceSchedule:

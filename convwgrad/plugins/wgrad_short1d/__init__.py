@@ -23,7 +23,7 @@ faster on (``routing.SHORT1D_MEASURED_TAPS``: bf16 NCHW, 3-4 taps, undilated; H1
 from __future__ import annotations
 
 from convwgrad.provider.blocks.launch import needs_wide_index
-from convwgrad.provider.family import FamilyPlugin
+from convwgrad.provider.family import FamilyPlugin, split_policy_of_problem
 from convwgrad.provider.spec import KernelSpec, Tile
 
 from . import launcher
@@ -71,9 +71,7 @@ plugin = FamilyPlugin(
     workspace_nbytes=launcher.workspace_nbytes,
     grids=launcher.grids,
     launch=launcher.launch,
-    # the launcher's policy reads the problem alone (splits of the batch or of the sequence units)
-    choose_split_k=lambda problem, spec, target, base_programs, max_split_k: min(launcher.choose_split_k(problem),
-                                                                                 max_split_k),
+    choose_split_k=split_policy_of_problem(launcher.choose_split_k),
     prepare=launcher.prepare,
     compile=launcher.compile_kernels,
 )
