@@ -93,6 +93,24 @@ SHIFTED_MMA_MIN_OUTPUT_WIDTH = 14
 #: cuDNN 3892), 9x9 28x28 C240 78 (107, 869; the staged family's 67 was faster there, and takes such layers
 #: first: STAGED_LARGE_TAPS).
 SHIFTED_MMA_CHANNELS_LAST_FROM_TAPS = 9 * 9
+#: channels_last output rows narrower than SHIFTED_MMA_MIN_OUTPUT_WIDTH (one 16-column MMA block a row, partly
+#: empty). Fitted on the narrow-plane fitting set (shapes/depthwise_fit_narrow.csv: 9x9-31x31 on planes of 7, 10
+#: and 13, half of them with C not a multiple of 8; notes/sweep/fit_narrow_h100.csv, H100, isolated calls, graph
+#: replay, session 21) with the in-sample and fitting shapes' 7x7 planes:
+#: - C not a multiple of 8 (the Triton shifted family loads element-wide, one channel a program): shifted-MMA
+#:   fastest on 12 of 13 such layers from 9x9 on planes of 7-13, 1.04-2.8x the Triton shifted family (31x31 13x13
+#:   C947 2.8x, 7x7 C565 1.4x); the loss, 11x11 13x13 C25, 0.85x.
+#: - C a multiple of 8: the Triton shifted family wins every 7x7 plane (1.01-1.63x, 9 layers) and 9x9 on any
+#:   plane; shifted-MMA wins 11x11 and 13x13 on a 13-column plane (1.14x, 1.06x) and 31x31 on 10- and 13-column
+#:   ones (1.56x, 1.23x). 13x13 on a 10-column plane (0.95x) and 11x11 on one (0.99x) stay with the shifted family.
+SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH = 7
+#: (narrowest output row, fewest taps) pairs of that class for channel counts the shifted family vectorises.
+SHIFTED_MMA_NARROW_ROWS = ((13, 11 * 11), (10, 31 * 31))
+SHIFTED_MMA_NARROW_ROWS_MEASUREMENT = (
+    "H100, 2026-12-07: bf16 channels_last undilated depthwise filters on output rows narrower than "
+    f"{SHIFTED_MMA_MIN_OUTPUT_WIDTH} (from {SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH} columns with C not a multiple of 8, "
+    "from 13 columns at 11x11 and 10 at 31x31 otherwise): 1.04-2.8x the Triton shifted family on 16 of 17 such "
+    "layers of the narrow-plane fitting set")
 #: The layouts the class was measured faster in: (fewest taps, the measurement explain() prints).
 SHIFTED_MMA_MEASURED = {
     "contiguous": (SHIFTED_MMA_FROM_TAPS,
@@ -414,9 +432,27 @@ def _shifted_mma_measured_faster(problem) -> str | None:
             return None
         return SHIFTED_MMA_DILATED_MEASUREMENT
     from_taps, measurement = SHIFTED_MMA_MEASURED[problem.layout]
-    if math.prod(problem.filter_size) < from_taps or problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
+    taps = math.prod(problem.filter_size)
+    if taps < from_taps:
         return None
+    if problem.output_size[1] < SHIFTED_MMA_MIN_OUTPUT_WIDTH:
+        return _shifted_mma_narrow_rows_measured(problem, taps)
     return measurement
+
+
+def _shifted_mma_narrow_rows_measured(problem, taps: int) -> str | None:
+    """The channels_last classes of output rows narrower than SHIFTED_MMA_MIN_OUTPUT_WIDTH where the
+    shifted-MMA family was measured faster than the Triton shifted family (SHIFTED_MMA_NARROW_ROWS)."""
+    if problem.layout != "channels_last":
+        return None  # NCHW: measured slower on the 7x7 plane (SHIFTED_MMA_FROM_TAPS), nothing else timed
+    width = problem.output_size[1]
+    if problem.in_channels % 8:
+        if width >= SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH:
+            return SHIFTED_MMA_NARROW_ROWS_MEASUREMENT
+        return None
+    if any(width >= from_width and taps >= from_taps for from_width, from_taps in SHIFTED_MMA_NARROW_ROWS):
+        return SHIFTED_MMA_NARROW_ROWS_MEASUREMENT
+    return None
 
 
 def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:

@@ -115,6 +115,12 @@ TARGET_CTAS_2D = 132 * 32
 MAX_SPLIT_2D = 32
 #: Bytes of fp32 partials (splits x channels x taps x 4) a split may add per byte of input, at most: 8.
 MAX_PARTIALS_PER_INPUT_BYTE = 8
+#: Output rows narrower than this (a 16-column MMA block a row, partly empty) aim at 16 CTAs an SM instead:
+#: fitted on the narrow-plane fitting set (notes/sweep/fit_narrow_h100.csv, H100, isolated calls, session 21;
+#: 9x9-31x31 on planes of 7, 10 and 13) with the in-sample and fitting shapes' 7x7 planes, over the 17 such
+#: shapes the router gives the family: 0.975 of the best swept split's time (min 0.87) against 0.955 at 32 an SM.
+NARROW_ROWS_BELOW = 14
+TARGET_CTAS_2D_NARROW_ROWS = 132 * 16
 DTYPES = {"bf16": (), "fp16": ("-DELEM_IS_FP16",)}
 
 
@@ -218,7 +224,8 @@ def choose_split_k(problem: ConvProblem) -> int:
         return max(2, cdiv(units, cdiv(units, _sequence_target_splits(problem))))
     input_bytes = problem.batch * problem.in_channels * math.prod(problem.input_size) * problem.element_size
     partial_bytes = problem.out_channels * math.prod(problem.filter_size) * 4
-    wanted = min(TARGET_CTAS_2D / ctas_per_split, MAX_SPLIT_2D, MAX_PARTIALS_PER_INPUT_BYTE * input_bytes / partial_bytes)
+    target_ctas = TARGET_CTAS_2D_NARROW_ROWS if problem.output_size[-1] < NARROW_ROWS_BELOW else TARGET_CTAS_2D
+    wanted = min(target_ctas / ctas_per_split, MAX_SPLIT_2D, MAX_PARTIALS_PER_INPUT_BYTE * input_bytes / partial_bytes)
     splits = min(problem.batch, pow2_nearest(wanted))
     return max(2, cdiv(problem.batch, cdiv(problem.batch, splits)))
 

@@ -116,6 +116,17 @@ def test_refused_off_cuda_and_without_bindings_and_with_one_split(monkeypatch, b
     (dict(filter_size=7, padding=3, layout="channels_last"), False),   # below the channels_last taps measured
     # 9x9 channels_last with a channel count the staged family refuses (the fitting set, session 19)
     (dict(filter_size=9, padding=4, groups=137, in_channels=137, layout="channels_last"), True),
+    # channels_last rows narrower than 14 (the narrow-plane fitting set, session 21): C not a multiple of 8
+    # from 9x9 on planes of 7 and up; aligned C only at 11x11+ on 13 columns and 31x31 on 10+
+    (dict(input_size=(7, 7), groups=565, in_channels=565, layout="channels_last"), True),
+    (dict(input_size=(7, 7), filter_size=9, padding=4, groups=863, in_channels=863, layout="channels_last"), True),
+    (dict(input_size=(6, 6), filter_size=9, padding=4, groups=863, in_channels=863, layout="channels_last"), False),
+    (dict(input_size=(7, 7), groups=565, in_channels=565), False),   # NCHW narrow rows: measured slower
+    (dict(input_size=(7, 7), filter_size=13, padding=6, groups=1024, in_channels=1024, layout="channels_last"), False),
+    (dict(input_size=(13, 13), filter_size=11, padding=5, groups=576, in_channels=576, layout="channels_last"), True),
+    (dict(input_size=(13, 13), filter_size=9, padding=4, groups=576, in_channels=576, layout="channels_last"), False),
+    (dict(input_size=(10, 10), filter_size=13, padding=6, groups=480, in_channels=480, layout="channels_last"), False),
+    (dict(input_size=(10, 10), groups=1536, in_channels=1536, layout="channels_last"), True),
 ])
 def test_routed_only_on_its_measured_class(overrides, routed, bindings):
     kwargs = {**REPLKNET, **overrides}
@@ -235,6 +246,8 @@ def test_stage1_kernel_by_filter_and_loads(filter_size, small, dilation, binding
     (1536, 14, 11, 8),                     # 384 CTAs a split: 4224 / 384 = 11 -> 8
     (565, 7, 31, 8),                       # 31x31 partials on a 7x7 plane: the partials cap (6.5 -> 8)
     (128, 56, 31, 32),                     # RepLKNet-31B's first 31x31 layer
+    (576, 13, 11, 16),                     # rows of 13: 16 CTAs an SM, 2112 / 144 = 14.7 -> 16 (32 on rows >= 14)
+    (576, 14, 11, 32),                     # rows of 14: 4224 / 144 = 29.3 -> 32
 ])
 def test_2d_split_is_the_power_of_two_nearest_the_wanted_one(channels, size, k, expected):
     p = ConvProblem.build(batch=32, groups=channels, in_channels=channels, input_size=(size, size), filter_size=k,

@@ -32,6 +32,8 @@ LAYERS = {  # RepLKNet-31B and UniRepLKNet at batch 4 (the float64 reference), o
     "k32-valid-64": dict(batch=1, groups=4, in_channels=4, input_size=(64, 64), filter_size=32, padding=0),
     "asym-7x3": dict(batch=5, groups=9, in_channels=9, input_size=(9, 11), filter_size=(7, 3),
                      padding=((3, 1), (0, 2))),
+    "narrow-31x31-7-c37": dict(batch=4, groups=37, in_channels=37, input_size=(7, 7), filter_size=31, padding=15),
+    "narrow-11x11-13-c24": dict(batch=4, groups=24, in_channels=24, input_size=(13, 13), filter_size=11, padding=5),
     "one-pixel": dict(batch=2, groups=3, in_channels=3, input_size=(1, 1), filter_size=3, padding=1),
     "channel-tail-6": dict(batch=2, groups=6, in_channels=6, input_size=(40, 41), filter_size=31, padding=0),
     "odd-c8-19x61": dict(batch=3, groups=8, in_channels=8, input_size=(19, 61), filter_size=(9, 29),
