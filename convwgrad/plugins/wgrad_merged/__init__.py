@@ -30,6 +30,11 @@ DEGREES = (16, 32, 8, 4, 2)
 #: same sweep (margins 0 to 0.2 tried): 32 was the best degree on 17 dilated 3x3-7x7
 #: UniRepLKNet layers, by up to 1.28x; no large filter moves (31x31: 0.993 vs 0.997).
 FILL_MARGIN_FOR_32 = 0.05
+#: ...and 1-D filters of at most this many taps (Mamba's k = 4), where both degrees fill their tiles: 32 was
+#: the faster degree on every such layer of the in-sample random shapes and the fitting set (H100, bf16
+#: channels_last, isolated calls, session 21: 5 layers, 1.02-1.21x, geomean 1.10x); the H200 sweeps of the
+#: random grid and the corpus (13 layers, Mamba's among them) read it even (gm32 0.4 % slower, geomean).
+SHORT_SEQUENCE_TAPS_FOR_32 = 4
 VECTOR_BYTES = 16
 #: Merged columns (taps x Gm) per program: 128 holds a 3x3 filter at Gm = 8 or
 #: 4x4 taps at Gm = 8 in one tile with 16 fp32 accumulators a thread. Not yet swept.
@@ -43,7 +48,8 @@ MAX_BLOCK_K = 256
 
 
 def preferred_degrees(problem) -> list[int]:
-    if n_tile_fill(problem, 32) > n_tile_fill(problem, 16) + FILL_MARGIN_FOR_32:
+    short_sequence = problem.spatial_dims == 1 and problem.gemm_n <= SHORT_SEQUENCE_TAPS_FOR_32
+    if short_sequence or n_tile_fill(problem, 32) > n_tile_fill(problem, 16) + FILL_MARGIN_FOR_32:
         return [32, *(gm for gm in DEGREES if gm != 32)]
     return list(DEGREES)
 

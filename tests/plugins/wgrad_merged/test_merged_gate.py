@@ -137,3 +137,17 @@ def test_offered_tiles_are_within_the_bounds(p):
         for spec in wgrad_merged.candidate_specs(p, target):
             assert not any("exceeds the family's largest" in r or "taps a tile" in r
                            for r in wgrad_merged.not_supported_reasons(p, spec, target)), spec.kernel_name()
+
+
+@pytest.mark.parametrize("size, k, first", [
+    ((1024,), 4, 32),   # Mamba's k = 4: 32 first (SHORT_SEQUENCE_TAPS_FOR_32)
+    ((1024,), 3, 32),
+    ((1024,), 15, 16),  # longer 1-D filters keep 16 first
+    ((14, 14), 2, 16),  # 2x2 = 4 taps in 2-D: the fill rule decides, not the sequence one
+    ((14, 14), 3, 32),  # 3x3: 32 fills the merged-column tiles better (FILL_MARGIN_FOR_32)
+])
+def test_preferred_degree_order(size, k, first):
+    p = problem(groups=256, size=size, k=k)
+    degrees = wgrad_merged.preferred_degrees(p)
+    assert degrees[0] == first and sorted(degrees) == sorted(wgrad_merged.DEGREES), degrees
+    assert wgrad_merged.candidate_specs(p, PROFILES["sm_90"])[0].group_merge == first
