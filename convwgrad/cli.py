@@ -196,8 +196,8 @@ def cmd_sweep(args) -> int:
     if args.changed_only and not args.confirm_from:
         raise _UsageError("--changed-only needs --confirm-from RESULTS (the plans it compares against)")
     _check_readable(args.shapes, "shapes file")
-    if args.confirm_from:
-        _check_readable(args.confirm_from, "--confirm-from")
+    for path in args.confirm_from or ():
+        _check_readable(path, "--confirm-from")
     _check_writable(args.output, "--output")
     problems = read_csv(args.shapes, dtype=args.dtype, layout=args.layout)
     if not problems:
@@ -329,14 +329,14 @@ def _confirm_selection(args, problems):
     from .provider.target import current_target, launched
     from .scoring import planned_specs, reference_specs
 
-    confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(args.confirm_from).items()}
+    confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(*args.confirm_from).items()}
     problems = [(label, p) for label, p in problems if label in confirm]
     if args.changed_only:
-        before = planned_specs(args.confirm_from)
+        before = planned_specs(*args.confirm_from)
         target = launched(current_target("cuda" if torch.cuda.is_available() else "cpu"), args.launch)
         problems = [(label, p) for label, p in problems
                     if label not in before or make_plan(p, target).spec != spec_from_dict(before[label])]
-        print(f"{len(problems)} shapes whose plan changed since {args.confirm_from}", file=sys.stderr)
+        print(f"{len(problems)} shapes whose plan changed since {' + '.join(args.confirm_from)}", file=sys.stderr)
     return problems, confirm
 
 
@@ -347,18 +347,17 @@ def cmd_score(args) -> int:
 
     if args.launch != "eager" and not args.replan:
         raise _UsageError(f"--launch {args.launch} replans the policy: it needs --replan")
-    if args.replan and len(args.results) != 1:
-        raise _UsageError(f"--replan scores one sweep's results file; {len(args.results)} were given")
     for path in args.results:
         _check_readable(path, "results file")
     for path, option in ((args.plot, "--plot"), (args.tuning_cache, "--tuning-cache")):
         if path:
             _check_writable(path, option)
     if args.replan:
-        scores, unmeasured = replan(args.results[0], launch=args.launch)
+        scores, unmeasured = replan(*args.results, launch=args.launch)
+        confirm_from = " ".join(f"--confirm-from {path}" for path in args.results)
         print(f"the current code's plan, looked up among the sweep's measured configs: {len(scores)} shapes; "
               f"{len(unmeasured)} planned a config the sweep did not time (re-time them with "
-              f"`sweep --confirm-from {args.results[0]} --changed-only`){': ' if unmeasured else ''}"
+              f"`sweep {confirm_from} --changed-only`){': ' if unmeasured else ''}"
               f"{', '.join(unmeasured[:10])}{' ...' if len(unmeasured) > 10 else ''}", file=sys.stderr)
     else:
         scores = read_results(*args.results)
@@ -454,9 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="I/N", help="sweep every N-th shape starting at I, from 0 (split a corpus over calls)")
     sweep.add_argument("--reference-on-device", action="store_true",
                        help="compute the float64 reference on the GPU (faster on large layers)")
-    sweep.add_argument("--confirm-from", metavar="RESULTS",
+    sweep.add_argument("--confirm-from", metavar="RESULTS", action="append",
                        help="time only the current plan beside each shape's oracle, best Gm=1 and torch configs "
-                            "from an earlier results file: scores a revised policy by measurement")
+                            "from an earlier results file: scores a revised policy by measurement; repeat it for "
+                            "a sweep and its confirm files (a shape in a later file replaces it in earlier ones)")
     sweep.add_argument("--changed-only", action="store_true",
                        help="with --confirm-from: only the shapes whose plan differs from that file's")
     sweep.add_argument("--launch", choices=("eager", "graph"), default="eager",

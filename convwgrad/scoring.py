@@ -85,21 +85,26 @@ def _time(row: dict) -> float:
     return float(row["time_ms"])
 
 
-def _rows_by_shape(path: str, keep=lambda row: True) -> dict[str, list[dict]]:
+def _rows_by_shape(paths, keep=lambda row: True) -> dict[str, list[dict]]:
+    """Each shape's rows that ``keep`` passes; ``paths``: one results file or several, where a shape in a
+    later file replaces that shape's rows from earlier ones (a ``sweep --confirm-from`` file over its sweep)."""
     by_shape: dict[str, list[dict]] = {}
-    with open(path, newline="") as f:
-        for row in _results_reader(f, path):
-            if keep(row):
-                by_shape.setdefault(row["shape"], []).append(row)
-    return by_shape
+    for path in [paths] if isinstance(paths, str) else paths:
+        of_file: dict[str, list[dict]] = {}
+        with open(path, newline="") as f:
+            for row in _results_reader(f, path):
+                of_file.setdefault(row["shape"], []).append(row)
+        by_shape.update(of_file)
+    return {shape: kept for shape, rows in by_shape.items() if (kept := [r for r in rows if keep(r)])}
 
 
-def reference_specs(path: str) -> dict[str, list[dict]]:
+def reference_specs(*paths: str) -> dict[str, list[dict]]:
     """Per shape, the spec dicts of the configs a policy is judged against: the oracle (fastest
     verified), the best Gm = 1 config and torch's. ``sweep --confirm-from`` re-times these side by
-    side with a revised policy's choice, so a new policy is scored by measurement, not estimate."""
+    side with a revised policy's choice, so a new policy is scored by measurement, not estimate.
+    Several files: a shape in a later one replaces it in earlier ones."""
     chosen = {}
-    for shape, rows in _rows_by_shape(path, keep=_timed_with_spec).items():
+    for shape, rows in _rows_by_shape(paths, keep=_timed_with_spec).items():
         picks = [min(rows, key=_time)]
         for family in ("wgrad_splitk", "aten"):
             of_family = [r for r in rows if r["family"] == family]
@@ -120,25 +125,17 @@ class ShapeScore:
     policy_config: str
 
 
-def planned_specs(path: str) -> dict[str, dict]:
-    """Per shape, the spec dict of the config the policy chose when the results were taken."""
-    with open(path, newline="") as f:
-        return {row["shape"]: json.loads(row["spec_json"]) for row in _results_reader(f, path)
-                if row["planned"] == "True" and row.get("spec_json")}
+def planned_specs(*paths: str) -> dict[str, dict]:
+    """Per shape, the spec dict of the config the policy chose when the results were taken (several
+    files: a shape in a later one replaces it in earlier ones)."""
+    return {shape: json.loads(rows[0]["spec_json"])
+            for shape, rows in _rows_by_shape(paths, keep=lambda r: r["planned"] == "True" and r.get("spec_json")).items()}
 
 
 def read_results(*paths: str) -> list[ShapeScore]:
     """Scores per shape; a shape in a later file replaces that shape's rows from earlier ones
     (a ``sweep --confirm-from`` file over the sweep it re-timed)."""
-    by_shape: dict[str, list[dict]] = {}
-    for path in paths:
-        by_shape.update(_rows_by_shape(path))
-    scores = []
-    for shape, rows in by_shape.items():
-        passed = [r for r in rows if _timed(r)]
-        if passed:
-            scores.append(_score_shape(shape, passed))
-    return scores
+    return [_score_shape(shape, passed) for shape, passed in _rows_by_shape(paths, keep=_timed).items()]
 
 
 def _score_shape(shape: str, passed: list[dict]) -> ShapeScore:
@@ -157,8 +154,9 @@ def _score_shape(shape: str, passed: list[dict]) -> ShapeScore:
     )
 
 
-def replan(path: str, target=None, launch: str = "eager") -> tuple[list[ShapeScore], list[str]]:
-    """Score the policy of the code as it is now against a sweep's rows, without a GPU: each
+def replan(*paths: str, target=None, launch: str = "eager") -> tuple[list[ShapeScore], list[str]]:
+    """Score the policy of the code as it is now against a sweep's rows (and its confirm files: a shape in
+    a later file replaces it in earlier ones), without a GPU: each
     shape's current plan is looked up among the configs the sweep measured. Returns the
     scores of the shapes whose plan was measured, and the names of those whose plan was not
     (they need a ``sweep --confirm-from`` on the device). ``launch``: the plan for eager calls, or
@@ -169,7 +167,7 @@ def replan(path: str, target=None, launch: str = "eager") -> tuple[list[ShapeSco
     from .provider.target import PROFILES, launched
 
     scores, unmeasured = [], []
-    for shape, passed in _rows_by_shape(path, keep=_timed_with_spec).items():
+    for shape, passed in _rows_by_shape(paths, keep=_timed_with_spec).items():
         chosen = plan(problem_from_dict(json.loads(passed[0]["problem_json"])),
                       launched(target or PROFILES[passed[0]["target"]], launch))
         policy = [r for r in passed if spec_from_dict(json.loads(r["spec_json"])) == chosen.spec]

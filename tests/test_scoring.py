@@ -89,6 +89,22 @@ def test_confirm_times_the_plan_beside_the_earlier_oracle_and_baselines(tmp_path
     # scoring several files: the later file's rows replace the shape's earlier ones
     (scored,) = read_results(str(first), str(second))
     assert scored.policy_ms == float(next(r["time_ms"] for r in rows if r["planned"] == "True"))
+    # a sweep and its confirm file together: --replan and a repeated --confirm-from read the later file's rows
+    (rescored,), unmeasured = replan(str(first), str(second))
+    assert unmeasured == [] and rescored.policy_ms == scored.policy_ms
+    assert main(["score", str(first), str(second), "--replan"]) == 0
+    again = tmp_path / "again.csv"
+    assert main(["sweep", str(shapes), "-o", str(again), "--confirm-from", str(first), "--confirm-from", str(second),
+                 "--changed-only", *common]) == 0
+    assert not again.exists() or not list(csv.DictReader(open(again)))
+
+
+def test_a_later_file_replaces_a_shape_even_where_none_of_its_rows_passed(tmp_path):
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    write(first, [("a", "m", "wgrad_merged", 2.0, True, True), ("b", "m", "wgrad_merged", 3.0, True, True)])
+    write(second, [("a", "m", "wgrad_merged", 1.0, True, False)])
+    assert [s.shape for s in read_results(str(first), str(second))] == ["b"]
+    assert {s.shape for s in read_results(str(second), str(first))} == {"a", "b"}
 
 
 def test_plot_is_a_png(tmp_path):

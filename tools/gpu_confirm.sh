@@ -4,7 +4,8 @@
 # Gm = 1 and torch configs for the shape (`sweep --confirm-from --changed-only`).
 #
 # Usage (repo root, GPU machine): bash tools/gpu_confirm.sh SECONDS SHAPES.csv=RESULTS.csv [...]
-#   RESULTS.csv: an earlier sweep's results (e.g. notes/sweep/corpus_h200.csv). Writes
+#   RESULTS.csv: an earlier sweep's results (e.g. notes/sweep/corpus_h200.csv), or that sweep and its confirm
+#   files, comma-separated (a shape in a later file replaces it: only plans changed since them are re-timed). Writes
 #   $OUT/confirm_<RESULTS>.csv and $OUT/score_<RESULTS>.txt (the sweep with the re-timed shapes
 #   replaced). WARM_PROCS (default 14) processes compile the kernels first, in parallel;
 #   PYTEST_ARGS, if set, runs `pytest $PYTEST_ARGS` alongside that warm phase; AFTER_WARM, if
@@ -27,10 +28,11 @@ if [[ -n ${PYTEST_ARGS:-} ]]; then
 fi
 start=$(date +%s)
 for pair in "$@"; do
-  shapes=${pair%%=*}; results=${pair#*=}
+  shapes=${pair%%=*}; IFS=, read -ra results <<< "${pair#*=}"
+  from=(); for f in "${results[@]}"; do from+=(--confirm-from "$f"); done
   for ((i = 0; i < procs; i++)); do
     timeout ${WARM_SECONDS:-$(( seconds / 3 ))} python3 -m convwgrad.cli sweep "$shapes" -o "/tmp/warm_$i.csv" --shard "$i/$procs" \
-      --confirm-from "$results" --verify-only "${common[@]}" >/dev/null 2>&1 &
+      "${from[@]}" --verify-only "${common[@]}" >/dev/null 2>&1 &
   done
   wait $(jobs -p | grep -v "^${tests_pid:-x}$")
 done
@@ -39,11 +41,12 @@ echo "warm phase: $(( $(date +%s) - start )) s"
 [[ -n ${AFTER_WARM:-} ]] && bash -c "$AFTER_WARM"
 
 for pair in "$@"; do
-  shapes=${pair%%=*}; results=${pair#*=}; name=$tag$(basename "$results" .csv)
+  shapes=${pair%%=*}; IFS=, read -ra results <<< "${pair#*=}"; name=$tag$(basename "${results[0]}" .csv)
+  from=(); for f in "${results[@]}"; do from+=(--confirm-from "$f"); done
   left=$(( deadline - $(date +%s) ))
   (( left > 10 )) || break
-  timeout "$left" python3 -m convwgrad.cli sweep "$shapes" -o "$OUT/confirm_$name.csv" --confirm-from "$results" \
+  timeout "$left" python3 -m convwgrad.cli sweep "$shapes" -o "$OUT/confirm_$name.csv" "${from[@]}" \
     "${common[@]}" 2>&1 | tail -2
-  files=("$results"); [[ -e $OUT/confirm_$name.csv ]] && files+=("$OUT/confirm_$name.csv")
+  files=("${results[@]}"); [[ -e $OUT/confirm_$name.csv ]] && files+=("$OUT/confirm_$name.csv")
   python3 -m convwgrad.cli score "${files[@]}" | tee "$OUT/score_$name.txt"
 done
