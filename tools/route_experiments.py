@@ -58,6 +58,14 @@ built-in rule now takes channels_last from 27x27 only (13x13 measured slower tha
     python tools/step_bench.py --same-model --with-control --layouts channels_last \\
         --models replknet31b:16 --plugin tools/route_experiments.py:large_channels_last_to_shifted_mma
 
+``staged_graph_class_eager``: the staged family's graph-only class (bf16 channels_last depthwise 3x3/5x5/7x7,
+stride 1-2, >= 3e7 multiply-adds: routing._staged_measured_faster for a graph launch) in eager calls too. Session 9
+measured the eager steps losing (0.88-0.98x) at ~100 us of host time an eager call; the native warm path (session
+15) brought a patched call's host time to aten's (session 18: conv2d_weight -3.6 us, the op +3.6 us over aten):
+
+    python tools/step_bench.py --same-model --with-control --layouts channels_last \
+        --models mobilenetv2_100:128,efficientnet_b0:128,convnext_tiny:64 --plugin tools/route_experiments.py:staged_graph_class_eager
+
 (Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
 and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
 """
@@ -66,6 +74,8 @@ import math
 
 from convwgrad.provider.hookspecs import hookimpl
 from convwgrad.provider.registry import Choice
+from convwgrad.provider.target import PROFILES, launched
+from convwgrad.selectors import routing
 from convwgrad.selectors.routing import DILATED_SHIFTED_FROM_TAPS, SHIFTED_MMA_FROM_TAPS, SHIFTED_MMA_MIN_OUTPUT_WIDTH
 
 #: UniRepLKNet-T's 3x3 dilated branches: 1.4e8 / 7.2e7 / 3.6e7 multiply-adds at N=128 (stages 2-4),
@@ -130,3 +140,6 @@ large_channels_last_to_shifted_mma = RouteExperiment(
     lambda p: p.layout == "channels_last" and p.dtype == "bf16" and math.prod(p.filter_size) >= SHIFTED_MMA_FROM_TAPS
     and p.output_size[1] >= SHIFTED_MMA_MIN_OUTPUT_WIDTH and all(s == 1 for s in p.stride)
     and all(d == 1 for d in p.dilation))
+staged_graph_class_eager = RouteExperiment(
+    "staged_graph_class_eager", "wgrad_staged", "the staged family's graph-launch class (3x3-7x7) in eager calls",
+    lambda p: routing._staged_measured_faster(p, launched(PROFILES["sm_90"], "graph")) is not None)
