@@ -141,5 +141,5 @@ large_channels_last_to_shifted_mma = RouteExperiment(
     and p.output_size[1] >= SHIFTED_MMA_MIN_OUTPUT_WIDTH and all(s == 1 for s in p.stride)
     and all(d == 1 for d in p.dilation))
 staged_graph_class_eager = RouteExperiment(
-    "staged_graph_class_eager", "wgrad_staged", "the staged family's graph-launch class (3x3-7x7) in eager calls",
+    "staged_graph_class_eager", "wgrad_staged", "the staged family's graph-launch class in eager calls (3x3-7x7; its 9x9 class is eager's already)",
     lambda p: routing._staged_measured_faster(p, launched(PROFILES["sm_90"], "graph")) is not None)

@@ -311,3 +311,30 @@ def test_merge_degree_prefers_16_and_32_where_it_fills_the_tiles(channels, k, ex
                                 filter_size=k, padding=k // 2)
     chosen = plan(problem, "gfx950", family="wgrad_merged")
     assert chosen.group_merge == expected
+
+
+def test_staged_graph_class_eager_experiment_takes_the_graph_route_class():
+    """tools/route_experiments.py:staged_graph_class_eager gives eager calls the layers the router gives the
+    staged family for graph launches, and no others (the experiment session 21 timed in eager steps)."""
+    import importlib.util
+    import pathlib
+
+    from convwgrad.provider.target import PROFILES, launched
+
+    path = pathlib.Path(__file__).parents[2] / "tools" / "route_experiments.py"
+    spec = importlib.util.spec_from_file_location("route_experiments", path)
+    experiments = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiments)
+    applies = experiments.staged_graph_class_eager.applies
+    graph = launched(PROFILES["sm_90"], "graph")
+    seen = set()
+    for size, channels, k, stride in ((112, 32, 3, 1), (56, 144, 3, 2), (14, 672, 5, 2), (56, 96, 7, 1),
+                                      (7, 768, 7, 1), (7, 960, 3, 1), (56, 96, 9, 1), (28, 160, 13, 1)):
+        problem = ConvProblem.build(batch=128, groups=channels, in_channels=channels, input_size=(size, size),
+                                    filter_size=k, stride=stride, padding=k // 2, dtype="bf16", layout="channels_last")
+        staged_for_graphs = plan(problem, graph).family == "wgrad_staged"  # 9x9: the eager route's too
+        assert applies(problem) == staged_for_graphs, problem.describe()
+        seen.add(staged_for_graphs)
+        if k <= 7:
+            assert plan(problem, "sm_90").family != "wgrad_staged"  # the built-in eager route keeps cuDNN
+    assert seen == {True, False}
