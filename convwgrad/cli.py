@@ -329,7 +329,8 @@ def _confirm_selection(args, problems):
     from .provider.target import current_target, launched
     from .scoring import planned_specs, reference_specs
 
-    confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in reference_specs(*args.confirm_from).items()}
+    references = reference_specs(*args.confirm_from)
+    confirm = {shape: [spec_from_dict(d) for d in dicts] for shape, dicts in references.items()}
     problems = [(label, p) for label, p in problems if label in confirm]
     if args.changed_only:
         before = planned_specs(*args.confirm_from)

@@ -128,8 +128,8 @@ class ShapeScore:
 def planned_specs(*paths: str) -> dict[str, dict]:
     """Per shape, the spec dict of the config the policy chose when the results were taken (several
     files: a shape in a later one replaces it in earlier ones)."""
-    return {shape: json.loads(rows[0]["spec_json"])
-            for shape, rows in _rows_by_shape(paths, keep=lambda r: r["planned"] == "True" and r.get("spec_json")).items()}
+    planned = _rows_by_shape(paths, keep=lambda row: row["planned"] == "True" and row.get("spec_json"))
+    return {shape: json.loads(rows[0]["spec_json"]) for shape, rows in planned.items()}
 
 
 def read_results(*paths: str) -> list[ShapeScore]:

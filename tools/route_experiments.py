@@ -63,8 +63,9 @@ stride 1-2, >= 3e7 multiply-adds: routing._staged_measured_faster for a graph la
 measured the eager steps losing (0.88-0.98x) at ~100 us of host time an eager call; the native warm path (session
 15) brought a patched call's host time to aten's (session 18: conv2d_weight -3.6 us, the op +3.6 us over aten):
 
-    python tools/step_bench.py --same-model --with-control --layouts channels_last \
-        --models mobilenetv2_100:128,efficientnet_b0:128,convnext_tiny:64 --plugin tools/route_experiments.py:staged_graph_class_eager
+    python tools/step_bench.py --same-model --with-control --layouts channels_last \\
+        --models mobilenetv2_100:128,efficientnet_b0:128,convnext_tiny:64 \\
+        --plugin tools/route_experiments.py:staged_graph_class_eager
 
 (Until session 5 these lived in tools/route_dilated.py, ``plugin`` and ``merged_small_dilated``,
 and tools/route_nchw.py, ``plugin``; notes/data logs name them so.)
@@ -141,5 +142,6 @@ large_channels_last_to_shifted_mma = RouteExperiment(
     and p.output_size[1] >= SHIFTED_MMA_MIN_OUTPUT_WIDTH and all(s == 1 for s in p.stride)
     and all(d == 1 for d in p.dilation))
 staged_graph_class_eager = RouteExperiment(
-    "staged_graph_class_eager", "wgrad_staged", "the staged family's graph-launch class in eager calls (3x3-7x7; its 9x9 class is eager's already)",
+    "staged_graph_class_eager", "wgrad_staged",
+    "the staged family's graph-launch class in eager calls (3x3-7x7; its 9x9 class is eager's already)",
     lambda p: routing._staged_measured_faster(p, launched(PROFILES["sm_90"], "graph")) is not None)

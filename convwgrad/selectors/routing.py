@@ -108,7 +108,8 @@ SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH = 7
 SHIFTED_MMA_NARROW_ROWS = ((13, 11 * 11), (10, 31 * 31))
 SHIFTED_MMA_NARROW_ROWS_MEASUREMENT = (
     "H100, 2026-12-07: bf16 channels_last undilated depthwise filters on output rows narrower than "
-    f"{SHIFTED_MMA_MIN_OUTPUT_WIDTH} (from {SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH} columns with C not a multiple of 8, "
+    f"{SHIFTED_MMA_MIN_OUTPUT_WIDTH} (from {SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH} columns with C not a "
+    "multiple of 8, "
     "from 13 columns at 11x11 and 10 at 31x31 otherwise): 1.04-2.8x the Triton shifted family on 16 of 17 such "
     "layers of the narrow-plane fitting set")
 #: The layouts the class was measured faster in: (fewest taps, the measurement explain() prints).
