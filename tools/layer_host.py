@@ -4,6 +4,7 @@ thread: where a patched layer's extra host time goes (issue 9: a host-bound UniR
 at batch 32 is slower patched although its dW kernels are 1.85x faster).
 
 Usage: python tools/layer_host.py [--layers replk-7-c1024-k13,unirep-14-c320-k13] [--calls 200]
+                                  [--plugin tools/route_experiments.py:NAME]  (an experiment's routing first)
 """
 
 import argparse
@@ -23,6 +24,9 @@ LAYERS = {
     "replk-7-c1024-k13": (16, 1024, 7, 13),
     "unirep-14-c320-k13": (32, 320, 14, 13),
     "unirep-28-c160-k13": (32, 160, 28, 13),
+    # MobileNetV2 N=128's 3x3 layers (the staged family's graph-launch class; session 21's eager experiment)
+    "mbv2-14-c384-k3": (128, 384, 14, 3),
+    "mbv2-56-c144-k3": (128, 144, 56, 3),
 }
 
 
@@ -77,7 +81,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default=",".join(LAYERS))
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py:NAME",
+                        help="register this object as a convwgrad plugin first (tools/step_bench.py's --plugin)")
     args = parser.parse_args()
+    if args.plugin:
+        from step_bench import register_plugin  # tools/ is the script's directory
+
+        for entry in args.plugin:
+            register_plugin(entry)
     for name in args.layers.split(","):
         stock, patched, x, g, family = depthwise_layer(*LAYERS[name])
         print(f"{name}: dW family {family}; host us (thread cpu us), median of {args.calls}")
