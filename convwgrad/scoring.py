@@ -86,10 +86,10 @@ def _time(row: dict) -> float:
 
 
 def _rows_by_shape(paths, keep=lambda row: True) -> dict[str, list[dict]]:
-    """Each shape's rows that ``keep`` passes; ``paths``: one results file or several, where a shape in a
-    later file replaces that shape's rows from earlier ones (a ``sweep --confirm-from`` file over its sweep)."""
+    """Each shape's rows that ``keep`` passes, from results files where a shape in a later file replaces
+    that shape's rows from earlier ones (a ``sweep --confirm-from`` file over its sweep)."""
     by_shape: dict[str, list[dict]] = {}
-    for path in [paths] if isinstance(paths, str) else paths:
+    for path in paths:
         of_file: dict[str, list[dict]] = {}
         with open(path, newline="") as f:
             for row in _results_reader(f, path):

@@ -64,6 +64,9 @@ SHIFTED_CHANNELS_LAST_FROM_TAPS = 9 * 9
 #: every such layer there, 9x9 s2 14x14 C325 3.9x, 31x31 7x7 C565 15x, 31x31 s2 56x56 C657 11.9x, and 9x9 56x56
 #: C137 4.7x (the shifted-MMA family, 27x, takes that one: rows >= 14, stride 1).
 SHIFTED_ODD_CHANNELS_FROM_TAPS = 9 * 9
+#: The Triton shifted family's channel block in channels_last (plugins/wgrad_shifted CHANNEL_BLOCK; the selector
+#: imports no plugin): a channel count it does not divide is loaded element-wide, one channel a program.
+SHIFTED_CHANNEL_BLOCK = 8
 #: Fewest filter taps, and narrowest output rows, for which the shifted-MMA family (issue 11) was
 #: measured faster than the Triton shifted family, merged and cuDNN. H200, bf16, NCHW-contiguous,
 #: graph replay, same process (tools/proto_shifted_mma.py --bench, notes/PERF.md "Session 11"):
@@ -315,11 +318,11 @@ def opt_in_measured_faster(problem, target, family: str) -> str | None:
     if problem.spatial_dims != 2 or problem.cpg != 1 or problem.kpg != 1 or problem.dtype == "fp32":
         return None  # fp32 (TF32 dots, 4-byte loads) was not measured
     taps = math.prod(problem.filter_size)
-    if problem.layout == "channels_last" and problem.in_channels % 8 and not (
+    if problem.layout == "channels_last" and problem.in_channels % SHIFTED_CHANNEL_BLOCK and not (
             taps >= SHIFTED_ODD_CHANNELS_FROM_TAPS and problem.dtype == "bf16" and all(d == 1 for d in problem.dilation)):
         return None  # measured with its 8-channel blocks in channels_last, and with odd channels from 9x9 only
     if all(d == 1 for d in problem.dilation):
-        if problem.layout == "channels_last" and problem.in_channels % 8:
+        if problem.layout == "channels_last" and problem.in_channels % SHIFTED_CHANNEL_BLOCK:
             return (f"H100, 2026-12-07: bf16 channels_last undilated 2-D depthwise filters of >= "
                     f"{SHIFTED_ODD_CHANNELS_FROM_TAPS} taps with C={problem.in_channels} not a multiple of 8 (element "
                     f"loads): 3.9-15x cuDNN on every such 9x9-31x31 fitting shape")
@@ -447,13 +450,11 @@ def _shifted_mma_narrow_rows_measured(problem, taps: int) -> str | None:
     if problem.layout != "channels_last":
         return None  # NCHW: measured slower on the 7x7 plane (SHIFTED_MMA_FROM_TAPS), nothing else timed
     width = problem.output_size[1]
-    if problem.in_channels % 8:
-        if width >= SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH:
-            return SHIFTED_MMA_NARROW_ROWS_MEASUREMENT
-        return None
-    if any(width >= from_width and taps >= from_taps for from_width, from_taps in SHIFTED_MMA_NARROW_ROWS):
-        return SHIFTED_MMA_NARROW_ROWS_MEASUREMENT
-    return None
+    if problem.in_channels % SHIFTED_CHANNEL_BLOCK:
+        measured = width >= SHIFTED_MMA_NARROW_ODD_CHANNELS_FROM_WIDTH
+    else:
+        measured = any(width >= from_width and taps >= from_taps for from_width, from_taps in SHIFTED_MMA_NARROW_ROWS)
+    return SHIFTED_MMA_NARROW_ROWS_MEASUREMENT if measured else None
 
 
 def _aten_if_measured_faster(problem, target, spec, admitted) -> Choice | None:
