@@ -211,6 +211,28 @@ def test_router_gives_it_its_measured_class_and_a_patched_layer_uses_it(layout):
     assert relative_error(stock.weight.grad, reference) <= TOLERANCE["bf16"]
 
 
+@pytest.mark.parametrize("layer", ["narrow-31x31-7-c37", "narrow-11x11-13-c24"])
+def test_router_gives_it_narrow_channels_last_rows_and_a_patched_layer_uses_it(layer):
+    """The narrow-row classes (routing.SHIFTED_MMA_NARROW_ROWS*, session 21): an odd C on a 7x7 plane and an
+    aligned one at 11x11 on 13 columns, channels_last, through a patched module's backward."""
+    shape = LAYERS[layer]
+    p = ConvProblem.build(**shape, dtype="bf16", layout="channels_last")
+    assert convwgrad.plan(p, "cuda").family == FAMILY
+    channels, k, size = shape["in_channels"], shape["filter_size"], shape["input_size"]
+    torch.manual_seed(0)
+    patched = convwgrad.patch(torch.nn.Conv2d(channels, channels, k, padding=k // 2, groups=channels, bias=False))
+    patched = patched.cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(shape["batch"], channels, *size, device="cuda").to(memory_format=torch.channels_last)
+    dy = torch.randn_like(x)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        with convwgrad.record_launches() as log:
+            patched(x).backward(dy)
+    torch.cuda.synchronize()
+    assert [r.family for r in log] == [FAMILY], log
+    reference = reference_weight_grad(p, x.bfloat16(), dy.bfloat16())
+    assert relative_error(patched.weight.grad, reference) <= TOLERANCE["bf16"]
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_kernel_built_by_nvrtc_has_no_local_memory(dtype):
     """The kernels as NVRTC builds them here (its ptxas may differ from the nvcc the CPU test runs):
