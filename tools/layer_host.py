@@ -1,6 +1,6 @@
 """Host time of one depthwise layer's forward and backward, stock against patched (GPU machine),
-each timed alone on an idle GPU, and a cProfile of the patched backward inside autograd's engine
-thread: where a patched layer's extra host time goes (issue 9: a host-bound UniRepLKNet-T step
+each timed alone on an idle GPU (the patched layer with its native backward and with EagerConv's
+Python one), and a cProfile of the Python backward inside autograd's engine thread: where a patched layer's extra host time goes (issue 9: a host-bound UniRepLKNet-T step
 at batch 32 is slower patched although its dW kernels are 1.85x faster).
 
 Usage: python tools/layer_host.py [--layers replk-7-c1024-k13,unirep-14-c320-k13] [--calls 200]
@@ -17,6 +17,7 @@ import torch
 
 import convwgrad
 from convwgrad.frameworks import torch_ops
+from convwgrad.provider import native
 from host_overhead import idle_per_call  # noqa: E402  (tools/ is the script's directory)
 
 #: name: (N, C, H, k); depthwise, stride 1, 'same' padding, channels_last, bf16 autocast
@@ -92,7 +93,10 @@ def main():
     for name in args.layers.split(","):
         stock, patched, x, g, family = depthwise_layer(*LAYERS[name])
         print(f"{name}: dW family {family}; host us (thread cpu us), median of {args.calls}")
-        for label, module in (("stock", stock), ("patched", patched)):
+        for label, module, native_backward in (("stock", stock, True), ("patched", patched, True),
+                                               ("patched-python-backward", patched, False)):
+            torch_ops.native_backward = native_backward  # the routed layer's backward: C++, or EagerConv's
+
             def forward():
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     return module(x)
@@ -102,7 +106,7 @@ def main():
 
             fwd = idle_per_call(forward, args.calls)
             both = idle_per_call(forward_backward, args.calls)
-            print(f"  {label:<8} forward {fwd[0]:7.1f} ({fwd[1]:6.1f})   forward+backward {both[0]:7.1f} ({both[1]:6.1f})"
+            print(f"  {label:<24} forward {fwd[0]:7.1f} ({fwd[1]:6.1f})   forward+backward {both[0]:7.1f} ({both[1]:6.1f})"
                   f"   backward ~{both[0] - fwd[0]:7.1f}")
         # the patched backward's own profile, taken in the engine thread that runs it
         def patched_step():
@@ -110,7 +114,10 @@ def main():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 patched(x).backward(g)
 
-        print_profile(*profile_patched_backward(patched_step, 100), "patched backward, cProfile in the engine thread")
+        torch_ops.native_backward = False  # EagerConv's Python backward: the one cProfile can see
+        print_profile(*profile_patched_backward(patched_step, 100), "patched Python backward, cProfile in the engine thread")
+        torch_ops.native_backward = True
+        print(f"  native backward: (native, fallback, driver) = {native.backward_stats()}")
 
 
 if __name__ == "__main__":

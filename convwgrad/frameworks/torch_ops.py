@@ -9,13 +9,16 @@ with aten's ``convolution_backward`` conventions (symmetric padding, one int per
 
 """
 
+import itertools
 import os
 import sys
+import weakref
 
 import torch
 
 from torch._subclasses.fake_tensor import is_fake
 
+from convwgrad.provider import native as _native
 from convwgrad.provider.dispatch import _capturing, cached_for_planning, graph_routes_apply
 from convwgrad.provider.dispatch import prepared_conv_weight as _prepared_conv_weight
 from convwgrad.provider.dispatch import conv_weight as _dispatch_conv_weight
@@ -61,10 +64,16 @@ def _eager_conv_weight(input, grad_output, weight_size, stride, padding, dilatio
 
 class WeightGradMemo(list):
     """Where a patched layer's route remembers its backward's prepared dW call (see
-    :func:`_remembered_weight_grad`). A prepared call holds launchers and compiled kernels, which
-    neither copy nor pickle: a copied or saved model (EMA, SWA, checkpoints) gets an empty memo."""
+    :func:`_remembered_weight_grad`), and ``native``, the native backward's memo of the route (see
+    :func:`_native_memo`: None until the first call, False where the route's backward stays Python).
+    A prepared call holds launchers and compiled kernels, which neither copy nor pickle: a copied or
+    saved model (EMA, SWA, checkpoints) gets an empty memo."""
 
-    __slots__ = ()
+    __slots__ = ("native", "__weakref__")
+
+    def __init__(self, *items):
+        super().__init__(*items)
+        self.native = None
 
     def __reduce__(self):
         return WeightGradMemo, ()
@@ -104,6 +113,50 @@ def _remembered_weight_grad(memo, input, grad_output, weight, stride, padding, d
         same = grad_weight.is_contiguous() and _same_but_unit_dims(weight, grad_weight)
         memo[:] = (signature, prepared, weight.shape if same else None)
     return grad_weight
+
+
+#: Whether a routed layer's eager call takes the native backward (``provider/native``: a C++ autograd
+#: function launching dW's kernels without Python) once the extension is loaded; False (or
+#: ``CONVWGRAD_NATIVE_BACKWARD=0``): :class:`EagerConv`'s Python backward. Read on every call, so tools
+#: flip it to time both in one process.
+native_backward = os.environ.get("CONVWGRAD_NATIVE_BACKWARD", "1").strip() != "0"
+#: the routes' memos by the key their native memo calls the fallback with; a route that is gone is gone here
+_native_routes: "weakref.WeakValueDictionary[int, WeightGradMemo]" = weakref.WeakValueDictionary()
+_native_keys = itertools.count(1)
+
+
+def _native_memo(memo: WeightGradMemo):
+    """``memo``'s native memo (a capsule of ``provider/native``), made on first use; None while the
+    extension is not loaded (the route's layer then runs :class:`EagerConv`)."""
+    key = next(_native_keys)
+    capsule = _native.new_memo(key)
+    if capsule is not None:
+        _native_routes[key] = memo
+        memo.native = capsule
+    return capsule
+
+
+def _native_backward_fallback(key, input, grad_output, weight, stride, padding, dilation, groups):
+    """dW for a routed layer's native backward that could not launch it (a first call, a capture, an
+    open record_launches log, another signature, unaligned operands): :class:`EagerConv`'s path. Then,
+    outside a capture, the prepared call's launches go into the route's native memo for the next
+    backward; where its family tells none (or the call copies operands first) the route's layer runs
+    EagerConv from its next call on."""
+    memo = _native_routes.get(key)
+    if memo is None:  # its route was replaced: the dispatcher's path
+        return _plain_weight_grad(input, grad_output, weight, stride, padding, dilation, groups)
+    grad_weight = _remembered_weight_grad(memo, input, grad_output, weight, stride, padding, dilation, groups)
+    prepared = memo[1] if memo else None
+    if prepared is not None and memo.native and input.is_cuda and not _capturing(input.device):
+        launches = prepared.native_launches()
+        if launches is not None:
+            _native.install(memo.native, input, grad_output, weight, *launches)
+        elif prepared.native is None or prepared.adapt is not None:
+            memo.native = False  # nothing to launch natively for this route, ever: EagerConv from now on
+    return grad_weight
+
+
+_native.backward_fallback = _native_backward_fallback
 
 
 def _same_but_unit_dims(weight, grad_weight) -> bool:
@@ -389,4 +442,13 @@ def eager_conv(input, weight, bias, stride, padding, dilation, groups, memo=None
         return output + bias.view(1, -1, *([1] * (output.dim() - 2)))
     if torch._C._are_functorch_transforms_active():  # vmap, grad, ...: Function.apply's own path
         return EagerConv.apply(input, weight, bias, stride, padding, dilation, groups)
+    if memo is not None and native_backward:
+        native = memo.native
+        if native is None:
+            native = _native_memo(memo)
+        # a TorchFunctionMode sees EagerConv's torch calls; the C++ function's it would not
+        if native and not torch._C._is_torch_function_mode_enabled():
+            output = _native.conv(input, weight, bias, stride, padding, dilation, groups, native)
+            if output is not None:  # None: a tensor subclass
+                return output
     return _apply_eager_conv(input, weight, bias, stride, padding, dilation, groups, memo)

@@ -50,6 +50,7 @@ def set_enabled(enabled: bool) -> None:
     """Switch convwgrad on or off for this thread: off, every dW it is asked for (patched
     layers, the functional drop-ins, ``conv*d_weight``, the custom op) is torch's own."""
     _state.enabled = bool(enabled)
+    _native.thread_enabled_changed(_state.enabled)
 
 
 @contextlib.contextmanager
@@ -86,11 +87,13 @@ def record_launches():
     log: list[LaunchRecord] = []
     with _recorders_lock:
         _recorders.append(log)
+        _native.open_logs_changed(len(_recorders))  # a routed layer's native backward leaves dW to Python
     try:
         yield log
     finally:
         with _recorders_lock:  # by identity: two logs holding equal records are still two logs
             del _recorders[next(i for i, open_log in enumerate(_recorders) if open_log is log)]
+            _native.open_logs_changed(len(_recorders))
 
 
 def _record(kernel_name: str, family: str, kernels, problem=None) -> None:
@@ -172,10 +175,10 @@ class _PreparedCall:
     """One call signature's bound launch: run it, allocate what it needs, record it."""
 
     __slots__ = ("run", "kernels", "kernel_name", "family", "workspace_nbytes", "device", "serialise", "adapt",
-                 "problem", "aten_call")
+                 "problem", "aten_call", "native")
 
     def __init__(self, run, kernels, kernel_name, family, workspace_nbytes=0, device=None, serialise=False,
-                 adapt=None, problem=None, aten_call=None):
+                 adapt=None, problem=None, aten_call=None, native=None):
         self.run = run  # (input, grad_output, out, workspace) -> dW
         self.kernels = kernels  # a tuple, or a list the run updates
         self.kernel_name = kernel_name
@@ -187,6 +190,16 @@ class _PreparedCall:
         self.problem = problem
         #: BoundLaunch.aten_call where the whole call is that aten dW (no adapt, no workspace), else None
         self.aten_call = aten_call if adapt is None and not workspace_nbytes else None
+        self.native = native  # BoundLaunch.native
+
+    def native_launches(self):
+        """(stages, workspace bytes): this call's kernel launches for a routed layer's native backward
+        (see :attr:`BoundLaunch.native`), or None: the family tells none, the launch was not run yet,
+        operands are copied into another layout first (``adapt``), or kernels are interpreted."""
+        if self.native is None or self.adapt is not None or self.serialise:
+            return None
+        stages = self.native()
+        return None if stages is None else (stages, self.workspace_nbytes)
 
     def __call__(self, input, grad_output, out=None, workspace=None, keep_workspace=True):
         if self.adapt is not None:
@@ -237,7 +250,7 @@ def _bind(problem: ConvProblem, plan: Plan, input, grad_output, out, adapt=None)
         aten_call = bound.aten_call
     return _PreparedCall(run, kernels, plan.kernel_name, plan.family, plan.workspace_nbytes, input.device,
                          serialise=plan.target.backend == "interpreter", adapt=adapt, problem=problem,
-                         aten_call=aten_call)
+                         aten_call=aten_call, native=None if bound is None else bound.native)
 
 
 def _planning_context() -> tuple:
@@ -322,6 +335,8 @@ def _configure_native(module) -> None:
     and the capture query; torch's cuDNN TF32 switch it reads itself."""
     module.configure(get_plugin_manager.__globals__, "_current", "_name2plugin", planning_epoch.__globals__, "_epoch",
                      PLANNING_ENVIRONMENT, _cuda_capturing, PREPARED_CALLS_SIZE)
+    with _recorders_lock:  # the routed layers' native backward: its fallback, the switch, the open logs
+        module.configure_backward(_native.run_backward_fallback, _DEFAULT_ENABLED, len(_recorders))
 
 
 _native._configure = _configure_native

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 
 import attrs
@@ -176,3 +177,22 @@ class BoundLaunch:
     #: weight stand-in, no graph, a contiguous result; ``blocks/aten.py``): its (weight_size, stride,
     #: padding, dilation, groups), symmetric padding. The native warm path then makes that call itself.
     aten_call: tuple | None = None
+    #: ``() -> stages | None``: ``run``'s kernel launches for a routed layer's native backward
+    #: (``provider/native``), once ``run`` has run (compiled, loaded); None where they cannot be told.
+    #: ``stages``: a tuple per stage, in launch order, of the launches it may take (the first whose
+    #: alignments the operands' pointers meet), each ``(function handle, grid, block, shared bytes,
+    #: input alignment, grad_output alignment, params)``; ``params``: ``(LaunchOperand, nbytes, value)``
+    #: per kernel parameter, in order (the value of a LITERAL; an operand's pointer is the call's).
+    native: object = None
+
+
+class LaunchOperand(enum.IntEnum):
+    """Where a kernel parameter of a :attr:`BoundLaunch.native` launch comes from (``warm_path.cpp``'s
+    ParamSource): a literal, or the data pointer of the call's input, grad_output, workspace (the
+    fp32 partials) or dW."""
+
+    LITERAL = 0
+    INPUT = 1
+    GRAD_OUTPUT = 2
+    WORKSPACE = 3
+    OUT = 4

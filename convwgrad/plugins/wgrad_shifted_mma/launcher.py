@@ -376,7 +376,12 @@ def prepare(problem, spec, target, input, grad_output, out, cooperative_channels
                       chosen.name)
         return chosen.name
 
-    return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, name)
+    # the native backward's stage 1: the cooperative kernel where both pointers are aligned for it, else
+    # the general one (as first_stage chooses)
+    native_stage1 = [packed.native_launch(kernel.function, kernel.grid, kernel.block, kernel.alignment,
+                                          kernel.alignment)
+                     for kernel in (cooperative, general) if kernel is not None]
+    return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, name, native_stage1)
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:

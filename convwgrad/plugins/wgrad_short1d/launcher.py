@@ -192,7 +192,12 @@ def prepare(problem, spec, target, input, grad_output, out) -> BoundLaunch:
                       KERNELS[pair])
         return KERNELS[pair]
 
-    return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, KERNELS[(x_vectors, dy_vectors)])
+    # the native backward takes the vector kernels' pair only, for pointers aligned to their 16-byte loads
+    # (another alignment: the Python path, which picks the element-load kernel)
+    native_stage1 = [packed.native_launch(stage1((x_vectors, dy_vectors)), stage1_grid, (32 * WARPS, 1, 1),
+                                          16 if x_vectors else 1, 16 if dy_vectors else 1)]
+    return nvrtc.bound_two_stages(problem, spec, input, out, first_stage, KERNELS[(x_vectors, dy_vectors)],
+                                  native_stage1)
 
 
 def launch(problem, spec, target, input, grad_output, out, workspace) -> list[str]:

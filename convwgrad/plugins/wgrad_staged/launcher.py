@@ -273,7 +273,8 @@ def prepare(problem, spec, target, input, grad_output, out):
             raise ValueError(f"{spec.kernel_name()}: " + "; ".join(operand_reasons(input=x, grad_output=dy)))
         return inner(x, dy, out, workspace)
 
-    return BoundLaunch(run=run, kernels=bound.kernels)
+    # the native launches take 16-byte aligned operands only (KernelLaunch's binary), which covers COPY_BYTES
+    return BoundLaunch(run=run, kernels=bound.kernels, native=bound.native)
 
 
 def compile_kernels(problem, spec, target):

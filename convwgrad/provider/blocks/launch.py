@@ -9,13 +9,14 @@ kernel, its argument list (``make_args``) and its grids; everything else is here
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from convwgrad.provider.aot import CompiledKernel, Constexpr, triton_compile
 from convwgrad.provider.layout import TORCH_DTYPES, current_cuda_device, to_layout
 from convwgrad.provider.problem import INT32_OFFSET_LIMIT, ConvProblem
-from convwgrad.provider.spec import BoundLaunch, KernelSpec, cdiv
+from convwgrad.provider.spec import BoundLaunch, KernelSpec, LaunchOperand, cdiv
 from convwgrad.provider.target import TargetInfo, interpreter_enabled
 
 from .jit import _splitk_reduce_kernel
@@ -230,11 +231,19 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
             second(partials, out)
 
         kernels = (kernel.__name__, _splitk_reduce_kernel.__name__)
+
+        def native():
+            stages = (first.native_launch(_STAGE1_INTO_WORKSPACE), second.native_launch(_STAGE2_OPERANDS))
+            return None if None in stages else tuple((stage,) for stage in stages)
     else:
         def launch_stages(x, dy, out, workspace):
             first(x, dy, out)
 
         kernels = (kernel.__name__,)
+
+        def native():
+            stage = first.native_launch(_STAGE1_INTO_OUT)
+            return None if stage is None else ((stage,),)
 
     def run(x, dy, out, workspace):
         if out is None:
@@ -246,7 +255,61 @@ def prepare_stages(problem, spec, target, input, grad_output, out, *, kernel, ma
             launch_stages(x, dy, out, workspace)
         return out
 
-    return BoundLaunch(run=run, kernels=kernels)
+    return BoundLaunch(run=run, kernels=kernels, native=native)
+
+
+#: the operands a stage-1 kernel takes first (X, DY, then the partials or dW) and stage 2's (WS, OUT)
+_STAGE1_INTO_WORKSPACE = (LaunchOperand.INPUT, LaunchOperand.GRAD_OUTPUT, LaunchOperand.WORKSPACE)
+_STAGE1_INTO_OUT = (LaunchOperand.INPUT, LaunchOperand.GRAD_OUTPUT, LaunchOperand.OUT)
+_STAGE2_OPERANDS = (LaunchOperand.WORKSPACE, LaunchOperand.OUT)
+
+#: Bytes of a scalar kernel parameter by Triton's type name, as its CUDA launcher passes it (ty_to_cpp:
+#: booleans as int32); a kernel with a parameter of any other type (floats) has no native launch.
+_SCALAR_BYTES = {"i1": 4, "u1": 4, "i32": 4, "u32": 4, "i64": 8, "u64": 8}
+#: Bytes of a PTX entry parameter by its type: what the kernel itself reads, checked against the above.
+_PTX_PARAM_BYTES = {"u64": 8, "b64": 8, "s64": 8, "u32": 4, "b32": 4, "s32": 4}
+_PTX_PARAM = re.compile(r"\.param\s+\.(\w+)")
+
+
+def ptx_entry_param_bytes(ptx: str) -> list[int] | None:
+    """Bytes of each parameter of the (one) ``.entry`` in ``ptx``; None where it has none, or a
+    parameter of a type not in _PTX_PARAM_BYTES."""
+    start = ptx.find(".entry")
+    if start < 0:
+        return None
+    end = ptx.find(")", start)
+    kinds = _PTX_PARAM.findall(ptx[start:end])
+    sizes = [_PTX_PARAM_BYTES.get(kind) for kind in kinds]
+    return None if None in sizes else sizes
+
+
+def triton_native_params(signature, leading, tail, ptx_bytes) -> tuple | None:
+    """A compiled Triton kernel's parameters as a native launch passes them: ``signature`` (the
+    compiled source's argument types in order, ``"constexpr"`` for those compiled in), the
+    ``leading`` operands' LaunchOperands, then ``tail``'s values. Its CUDA launcher passes every
+    non-constexpr argument, then its scratch pointers (null where the kernel needs none: the only
+    kernels launched this way): ``ptx_bytes``, the kernel's own parameter sizes, must agree with
+    that on every parameter, or there is no native launch (None)."""
+    values = (*leading, *tail)
+    if len(signature) != len(values):
+        return None
+    params = []
+    for index, (kind, value) in enumerate(zip(signature, values)):
+        if kind == "constexpr":
+            continue
+        if kind.startswith("*"):
+            if index >= len(leading):
+                return None  # a pointer this launch does not know
+            params.append((int(value), 8, 0))
+        elif kind in _SCALAR_BYTES and type(value) is int:
+            params.append((int(LaunchOperand.LITERAL), _SCALAR_BYTES[kind], value))
+        else:
+            return None
+    scratch = len(ptx_bytes) - len(params)
+    params += [(int(LaunchOperand.LITERAL), 8, 0)] * scratch
+    if scratch < 0 or [nbytes for _, nbytes, _ in params] != list(ptx_bytes):
+        return None
+    return tuple(params)
 
 
 #: Triton releases whose JITFunction.run was read to launch the compiled kernel the same way,
@@ -309,7 +372,8 @@ class KernelLaunch:
     checked to be on its device when it was bound. Where :func:`_c_launch` allows, the launcher's
     compiled C function is called without its Python frame."""
 
-    __slots__ = ("kernel", "grid", "tail", "num_warps", "num_stages", "device_index", "compiled", "c_launch")
+    __slots__ = ("kernel", "grid", "tail", "num_warps", "num_stages", "device_index", "compiled", "c_launch",
+                 "_native")
 
     def __init__(self, kernel, grid, tail, num_warps, num_stages, device_index):
         self.kernel, self.grid, self.tail = kernel, grid, tail
@@ -317,6 +381,30 @@ class KernelLaunch:
         self.device_index = device_index
         self.compiled = None
         self.c_launch = None
+        self._native = None
+
+    def native_launch(self, operands):
+        """This launch as :attr:`BoundLaunch.native` describes one, its leading tensors being
+        ``operands`` (LaunchOperands), once a launch through the JIT has compiled it for aligned
+        pointers; None before, and where the direct C launch is not allowed (:func:`_c_launch`),
+        the kernel is cooperative, uses programmatic dependent launch or clusters, or its parameters
+        do not read as :func:`triton_native_params` checks them."""
+        compiled, c_launch = self.compiled, self.c_launch
+        if compiled is None or c_launch is None or c_launch[1] or c_launch[2]:
+            return None
+        if self._native is None:
+            metadata = compiled.metadata
+            signature = getattr(getattr(compiled, "src", None), "signature", None)
+            try:
+                ptx_bytes = ptx_entry_param_bytes(compiled.asm["ptx"])
+            except (KeyError, TypeError, AttributeError):
+                ptx_bytes = None
+            params = (None if signature is None or ptx_bytes is None or getattr(metadata, "num_ctas", 1) != 1
+                      else triton_native_params(tuple(signature.values()), operands, self.tail, ptx_bytes))
+            self._native = False if params is None else (
+                int(compiled.function), tuple(self.grid), (32 * metadata.num_warps, 1, 1), int(metadata.shared),
+                16, 16, params)  # aligned pointers: what the binary was specialised for
+        return self._native or None
 
     def __call__(self, *tensors):
         compiled = self.compiled

@@ -93,6 +93,19 @@ class PackedArguments:
         self.address = ctypes.addressof(self._array)
         self._lock = threading.Lock()
 
+    def native_launch(self, function, grid, block, input_alignment: int, grad_output_alignment: int) -> tuple:
+        """A launch of ``function`` with these arguments as :attr:`BoundLaunch.native` describes one:
+        the pointer slots are the call's input, grad_output and workspace (stage 1's partials)."""
+        from convwgrad.provider.spec import LaunchOperand
+
+        operands = (LaunchOperand.INPUT, LaunchOperand.GRAD_OUTPUT, LaunchOperand.WORKSPACE)
+        if len(self._slots) != len(operands):
+            raise ValueError(f"a native launch binds {len(operands)} pointers, these arguments {len(self._slots)}")
+        params = [(int(operand), 8, 0) for operand in operands]
+        params += [(int(LaunchOperand.LITERAL), ctypes.sizeof(value), value.value)
+                   for value in self._values[len(self._slots):]]
+        return (int(function), tuple(grid), tuple(block), 0, input_alignment, grad_output_alignment, tuple(params))
+
     def values(self) -> list[int]:
         """The arguments as the array addresses them (for tests)."""
         return [ctypes.cast(self._array[i], ctypes.POINTER(type(v))).contents.value or 0
@@ -109,15 +122,16 @@ class PackedArguments:
             raise RuntimeError(f"{what}: cuLaunchKernel: {err}")
 
 
-def bound_two_stages(problem, spec, input, out, stage1, first_kernel: str):
+def bound_two_stages(problem, spec, input, out, stage1, first_kernel: str, native_stage1=None):
     """The BoundLaunch of a CUDA C++ stage 1 writing fp32 partials (split, C, taps) and the shared ordered
     reduction as stage 2. ``stage1(x, dy, partials, stream)`` launches the first stage on torch's raw
     ``stream`` and returns the name of the kernel it chose (the run's ``kernels[0]``; ``first_kernel``
-    before any run). Stage 2 is bound to ``out``'s strides (a patched layer's dW comes in the weight's
+    before any run). ``native_stage1``: the launches stage 1 may take, as :attr:`BoundLaunch.native`
+    describes a stage (:meth:`PackedArguments.native_launch`), or None (no native launch). Stage 2 is bound to ``out``'s strides (a patched layer's dW comes in the weight's
     strides), as in launch.prepare_stages; ``out=None``: a contiguous dW allocated at run time."""
     from convwgrad.provider.blocks import launch as shared
     from convwgrad.provider.layout import current_cuda_device
-    from convwgrad.provider.spec import BoundLaunch
+    from convwgrad.provider.spec import BoundLaunch, LaunchOperand
 
     device_index = input.device.index
     bound_out = out if out is not None else torch.empty(problem.weight_size, dtype=input.dtype, device="meta")
@@ -145,4 +159,10 @@ def bound_two_stages(problem, spec, input, out, stage1, first_kernel: str):
             launch_stages(x, dy, out, workspace)
         return out
 
-    return BoundLaunch(run=run, kernels=kernels)
+    def native():
+        if native_stage1 is None:
+            return None
+        reduce = second.native_launch((LaunchOperand.WORKSPACE, LaunchOperand.OUT))
+        return None if reduce is None else (tuple(native_stage1), (reduce,))
+
+    return BoundLaunch(run=run, kernels=kernels, native=native)

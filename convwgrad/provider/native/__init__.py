@@ -52,7 +52,17 @@ class State(enum.Enum):
 call = None
 #: ``call_problem(problem, plan, input, grad_output) -> dW | None``: dispatch_conv_grouped's, likewise
 call_problem = None
+#: ``conv(input, weight, bias, stride, padding, dilation, groups, memo) -> output | None`` once loaded:
+#: torch's convolution as a C++ autograd function whose backward launches dW's kernels from what
+#: :func:`install` put in ``memo`` (a :func:`new_memo` capsule), or else calls :data:`backward_fallback`;
+#: None back where a tensor is a subclass (the caller's Python function then)
+conv = None
+#: ``(memo_key, input, grad_output, weight, stride, padding, dilation, groups) -> dW``: the native
+#: backward's Python path (set by ``frameworks.torch_ops``), called with the GIL on autograd's thread
+backward_fallback = None
 _module = None
+#: the extension from the moment it is configured (before it is published as _module)
+_configuring = None
 _state = State.IDLE
 _reason = ""
 _lock = threading.Lock()
@@ -136,9 +146,10 @@ def _build():
 
 
 def _build_and_install() -> None:
-    global _module, call, call_problem, _state, _reason
+    global _module, call, call_problem, conv, _state, _reason, _configuring
     try:
         module = _build()
+        _configuring = module  # seen by open_logs_changed from here on: a log opened meanwhile is told
         if _configure is not None:
             _configure(module)
     except Exception as exc:  # no compiler, no ninja, a header mismatch: the Python path stands
@@ -150,7 +161,7 @@ def _build_and_install() -> None:
     else:
         with _lock:
             _module, _state = module, State.LOADED
-            call, call_problem = module.call, module.call_problem
+            call, call_problem, conv = module.call, module.call_problem, module.conv
     finally:
         _built.set()
 
@@ -214,3 +225,47 @@ def clear() -> None:
 def stats() -> tuple[int, int, int, int]:
     """(hits, misses, kept calls, planning-context changes) since the extension loaded; zeros before."""
     return (0, 0, 0, 0) if _module is None else _module.stats()
+
+
+def run_backward_fallback(*arguments):
+    """What the extension calls where a routed layer's backward cannot launch natively: the
+    :data:`backward_fallback` set now (the extension may have loaded before it was set)."""
+    if backward_fallback is None:
+        raise RuntimeError("convwgrad: the native backward ran with no fallback set (import convwgrad.frameworks)")
+    return backward_fallback(*arguments)
+
+
+def new_memo(key: int):
+    """A memo capsule for a patched layer's route, or None while the extension is not loaded; the
+    fallback is called with ``key``."""
+    return None if _module is None else _module.new_memo(key)
+
+
+def install(memo, input, grad_output, weight, stages, workspace_nbytes: int) -> bool:
+    """Put dW's launches (see ``warm_path.cpp``'s ``install``) for these tensors' metadata in ``memo``."""
+    return _module is not None and _module.install(memo, input, grad_output, weight, stages, workspace_nbytes)
+
+
+def open_logs_changed(count: int) -> None:
+    """Tell the extension how many record_launches logs are open (it leaves dW to Python while any is);
+    the caller holds the lock the configuration reads the count under."""
+    if _configuring is not None:
+        _configuring.set_open_logs(count)
+
+
+def thread_enabled_changed(enabled: bool) -> None:
+    """Tell the extension convwgrad's switch on this thread (``convwgrad.set_enabled``)."""
+    if _module is not None:
+        _module.set_thread_enabled(enabled)
+
+
+def set_poison(on: bool) -> None:
+    """Tests: fill dW and the workspace with NaN before each native launch (every element must be written)."""
+    if _module is not None:
+        _module.set_poison(on)
+
+
+def backward_stats() -> tuple[int, int, bool] | None:
+    """(routed backwards whose dW launched natively, those that took the fallback, whether the CUDA
+    driver's entry points were found), or None while the extension is not loaded."""
+    return None if _module is None else _module.backward_stats()

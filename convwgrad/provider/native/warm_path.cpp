@@ -24,13 +24,21 @@
 
 #include <ATen/ATen.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>  // AutoGradMode: torch 2.11's ATen.h does not bring it in
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -488,6 +496,485 @@ PyObject* stats(PyObject*, PyObject*) {
                        state->context_changes);
 }
 
+// ------------------------------------------------------------------ the routed layer's native backward
+//
+// Why: a patched layer routed to a convwgrad family ran its backward in Python (EagerConv): inside
+// autograd's engine thread that cost ~425 us of host time a layer on the H100 machine's host against
+// 10-20 us its kernels saved (tools/step_host.py, session 21). Here the layer is a C++ autograd
+// function: the forward is at::convolution, the backward takes dX and the bias gradient from
+// at::convolution_backward and launches dW's kernels itself with cuLaunchKernel, from a launch the
+// Python path described once per signature (``install``): no Python and no GIL on the warm path.
+// Anything the description does not cover goes to the Python fallback (configured), which computes
+// dW through the dispatcher, exactly as before, and installs a description for the next call:
+//   - no description yet, or one made in another planning context (checked at the forward);
+//   - a saved input, grad_output or weight whose dtype, sizes, strides or device differ from it;
+//   - operands not aligned as the chosen kernels need;
+//   - a stream that captures a CUDA graph (Python plans graph launches), an open record_launches
+//     log (Python records), convwgrad switched off on the backward's thread;
+//   - no CUDA driver entry points (a CPU tensor always takes the fallback).
+
+using CUresultValue = int;
+using LaunchKernelFunction = CUresultValue (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                               unsigned, void*, void**, void**);
+using StreamIsCapturingFunction = CUresultValue (*)(void*, int*);
+
+struct DriverApi {
+  LaunchKernelFunction launch = nullptr;
+  StreamIsCapturingFunction is_capturing = nullptr;
+};
+
+// The driver's entry points from libcuda.so.1 (loaded by torch once CUDA is initialised); nullptrs
+// where it is not there (a CPU machine): every backward then takes the fallback.
+const DriverApi& driver_api() {
+  static const DriverApi api = [] {
+    DriverApi found;
+    void* library = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (library == nullptr) library = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (library != nullptr) {
+      found.launch = reinterpret_cast<LaunchKernelFunction>(dlsym(library, "cuLaunchKernel"));
+      found.is_capturing = reinterpret_cast<StreamIsCapturingFunction>(dlsym(library, "cuStreamIsCapturing"));
+    }
+    return found;
+  }();
+  return api;
+}
+
+// Where a kernel parameter's value comes from.
+enum ParamSource : int64_t { kLiteral = 0, kInput = 1, kGradOutput = 2, kWorkspace = 3, kOut = 4 };
+
+struct Param {
+  int64_t source = kLiteral;
+  int64_t nbytes = 8;
+  uint64_t value = 0;  // a literal's bits (little-endian: a 4-byte parameter is its low half)
+};
+
+// One kernel launch; a stage lists the launches it may take, the first whose alignment the operands meet.
+struct Launch {
+  void* function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;
+  uint64_t input_alignment = 1, grad_output_alignment = 1;
+  std::vector<Param> params;
+};
+
+// dW of one call signature as launches: bound to the tensors' metadata it was described for.
+struct NativeWeightGrad {
+  int64_t device_index = -1;
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> input_sizes, input_strides, grad_output_sizes, grad_output_strides, weight_sizes,
+      weight_strides, out_strides;
+  int64_t workspace_nbytes = 0;
+  unsigned long long context = 0;  // state->context_changes when it was installed
+  std::vector<std::vector<Launch>> stages;
+};
+
+// A patched layer's memo: the description its backward installed (read and written with the GIL held).
+struct Memo {
+  int64_t key = 0;  // the Python route's memo, in the fallback's table (frameworks.torch_ops)
+  std::shared_ptr<const NativeWeightGrad> weight_grad;
+};
+
+std::atomic<bool> poison{false};      // tests: NaN in dW and the workspace before the launches
+std::atomic<long long> open_logs{0};  // record_launches logs open, as dispatch.py tells
+std::atomic<unsigned long long> native_backwards{0}, fallback_backwards{0};
+bool enabled_by_default = true;
+thread_local int thread_enabled = -1;  // -1: the default; set_enabled's value on this thread otherwise
+PyObject* fallback = nullptr;          // (memo key, input, grad_output, weight, stride, padding, dilation, groups) -> dW
+
+bool same(c10::IntArrayRef values, const std::vector<int64_t>& expected) {
+  return values.size() == expected.size() && std::equal(values.begin(), values.end(), expected.begin());
+}
+
+// The current stream of ``device`` as the driver's handle, or false where torch cannot say.
+bool current_stream(const c10::Device& device, void*& stream) {
+  try {
+    const c10::impl::DeviceGuardImplInterface* guard = c10::impl::getDeviceGuardImpl(device.type());
+    stream = guard->getStreamNativeHandle(guard->getStream(device));
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// dW by the described launches; an undefined tensor where they cannot run (nothing launched then).
+at::Tensor run_native(const NativeWeightGrad& dw, const at::Tensor& input, const at::Tensor& grad_output,
+                      const at::Tensor& weight) {
+  const DriverApi& api = driver_api();
+  if (api.launch == nullptr || api.is_capturing == nullptr || !input.is_cuda() ||
+      input.device().index() != dw.device_index || input.scalar_type() != dw.dtype ||
+      grad_output.scalar_type() != dw.dtype || !same(input.sizes(), dw.input_sizes) ||
+      !same(input.strides(), dw.input_strides) || !same(grad_output.sizes(), dw.grad_output_sizes) ||
+      !same(grad_output.strides(), dw.grad_output_strides) || !same(weight.sizes(), dw.weight_sizes) ||
+      !same(weight.strides(), dw.weight_strides) || open_logs.load() != 0 ||
+      !(thread_enabled < 0 ? enabled_by_default : thread_enabled != 0)) {
+    return at::Tensor();
+  }
+  const auto input_pointer = reinterpret_cast<uint64_t>(input.data_ptr());
+  const auto grad_output_pointer = reinterpret_cast<uint64_t>(grad_output.data_ptr());
+  std::vector<const Launch*> chosen;
+  for (const auto& stage : dw.stages) {
+    const Launch* pick = nullptr;
+    for (const auto& launch : stage) {
+      if (input_pointer % launch.input_alignment == 0 && grad_output_pointer % launch.grad_output_alignment == 0) {
+        pick = &launch;
+        break;
+      }
+    }
+    if (pick == nullptr) return at::Tensor();
+    chosen.push_back(pick);
+  }
+  c10::DeviceGuard device_guard(input.device());
+  void* stream = nullptr;
+  int capture_status = 1;
+  if (!current_stream(input.device(), stream) || api.is_capturing(stream, &capture_status) != 0 ||
+      capture_status != 0) {
+    return at::Tensor();  // capturing (or unknown): Python plans graph launches
+  }
+  at::Tensor workspace;
+  if (dw.workspace_nbytes > 0) workspace = at::empty({dw.workspace_nbytes}, input.options().dtype(at::kByte));
+  at::Tensor out = at::empty_strided(dw.weight_sizes, dw.out_strides, input.options());
+  if (poison.load()) {  // every byte 0xff: NaN in fp32, fp16 and bf16 alike
+    out.fill_(std::numeric_limits<double>::quiet_NaN());
+    if (workspace.defined()) workspace.fill_(255);
+  }
+  const uint64_t pointers[5] = {0, input_pointer, grad_output_pointer,
+                                workspace.defined() ? reinterpret_cast<uint64_t>(workspace.data_ptr()) : 0,
+                                reinterpret_cast<uint64_t>(out.data_ptr())};
+  for (const Launch* launch : chosen) {
+    std::vector<uint64_t> values(launch->params.size());
+    std::vector<void*> addresses(launch->params.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Param& param = launch->params[i];
+      values[i] = param.source == kLiteral ? param.value : pointers[param.source];
+      addresses[i] = &values[i];
+    }
+    const CUresultValue error =
+        api.launch(launch->function, launch->grid[0], launch->grid[1], launch->grid[2], launch->block[0],
+                   launch->block[1], launch->block[2], launch->shared_bytes, stream, addresses.data(), nullptr);
+    TORCH_CHECK(error == 0, "convwgrad: a routed layer's dW launch failed: cuLaunchKernel returned ", error);
+  }
+  return out;
+}
+
+// dW with the weight's strides, as stock torch hands it back (torch_ops._in_layout_of)
+at::Tensor in_layout_of(const at::Tensor& weight, const at::Tensor& grad_weight) {
+  if (grad_weight.strides() == weight.strides()) return grad_weight;
+  bool same_but_unit_dims = true;
+  for (int64_t d = 0; d < weight.dim(); ++d) {
+    if (weight.size(d) > 1 && weight.stride(d) != grad_weight.stride(d)) same_but_unit_dims = false;
+  }
+  if (same_but_unit_dims) return grad_weight.as_strided(weight.sizes(), weight.strides());
+  return at::empty_like(weight, grad_weight.options()).copy_(grad_weight);
+}
+
+struct MemoHolder : torch::CustomClassHolder {
+  std::shared_ptr<Memo> memo;
+  std::shared_ptr<const NativeWeightGrad> weight_grad;  // the forward's pick
+};
+
+void release_memo_capsule(PyObject* capsule) {
+  delete static_cast<std::shared_ptr<Memo>*>(PyCapsule_GetPointer(capsule, "convwgrad.memo"));
+}
+
+PyObject* memo_capsule(const std::shared_ptr<Memo>& memo) {
+  auto* held = new std::shared_ptr<Memo>(memo);
+  PyObject* capsule = PyCapsule_New(held, "convwgrad.memo", release_memo_capsule);
+  if (capsule == nullptr) delete held;
+  return capsule;
+}
+
+PyObject* int_list(const std::vector<int64_t>& values) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(values.size()));
+  for (size_t i = 0; list != nullptr && i < values.size(); ++i) {
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(values[i]));
+  }
+  return list;
+}
+
+// dW from the Python fallback (the GIL taken here, on autograd's thread).
+at::Tensor fallback_weight_grad(const std::shared_ptr<Memo>& memo, const at::Tensor& input,
+                                const at::Tensor& grad_output, const at::Tensor& weight,
+                                const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                const std::vector<int64_t>& dilation, int64_t groups) {
+  pybind11::gil_scoped_acquire gil;
+  TORCH_CHECK(fallback != nullptr, "convwgrad: the native backward has no fallback configured");
+  PyObject* args[8] = {PyLong_FromLongLong(memo->key), THPVariable_Wrap(input), THPVariable_Wrap(grad_output),
+                       THPVariable_Wrap(weight), int_list(stride), int_list(padding), int_list(dilation),
+                       PyLong_FromLongLong(groups)};
+  PyObject* result = nullptr;
+  if (std::all_of(std::begin(args), std::end(args), [](PyObject* a) { return a != nullptr; })) {
+    result = PyObject_Vectorcall(fallback, args, 8, nullptr);
+  }
+  for (PyObject* arg : args) Py_XDECREF(arg);
+  if (result == nullptr) {
+    python_error error;
+    error.persist();
+    throw error;
+  }
+  if (!THPVariable_Check(result)) {
+    Py_DECREF(result);
+    TORCH_CHECK(false, "convwgrad: the native backward's fallback returned no tensor");
+  }
+  at::Tensor grad_weight = THPVariable_Unpack(result);
+  Py_DECREF(result);
+  return grad_weight;
+}
+
+struct RoutedConv : public torch::autograd::Function<RoutedConv> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, const std::vector<int64_t>& stride,
+                            const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups,
+                            const c10::intrusive_ptr<MemoHolder>& holder) {
+    ctx->save_for_backward({input, weight});
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    ctx->saved_data["dilation"] = dilation;
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["memo"] = c10::IValue::make_capsule(holder);
+    const std::vector<int64_t> output_padding(stride.size(), 0);
+    return at::convolution(input, weight, bias, stride, padding, dilation, false, output_padding, groups);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &input = saved[0], &weight = saved[1], &grad_output = grad_outputs[0];
+    const auto stride = ctx->saved_data["stride"].toIntVector();
+    const auto padding = ctx->saved_data["padding"].toIntVector();
+    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    const int64_t groups = ctx->saved_data["groups"].toInt();
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const auto holder = c10::static_intrusive_pointer_cast<MemoHolder>(ctx->saved_data["memo"].toCapsule());
+    const bool wants_input = ctx->needs_input_grad(0), wants_weight = ctx->needs_input_grad(1);
+    const bool wants_bias = has_bias && ctx->needs_input_grad(2);
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (grad_output.defined() && (wants_input || wants_bias)) {
+      const std::vector<int64_t> output_padding(stride.size(), 0), bias_sizes{weight.size(0)};
+      std::tie(grad_input, std::ignore, grad_bias) = at::convolution_backward(
+          grad_output, input, weight, has_bias ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride,
+          padding, dilation, false, output_padding, groups, {wants_input, false, wants_bias});
+    }
+    if (grad_output.defined() && wants_weight) {
+      if (holder->weight_grad != nullptr) grad_weight = run_native(*holder->weight_grad, input, grad_output, weight);
+      if (grad_weight.defined()) {
+        ++native_backwards;
+      } else {
+        ++fallback_backwards;
+        grad_weight = fallback_weight_grad(holder->memo, input, grad_output, weight, stride, padding, dilation,
+                                           groups);
+      }
+      grad_weight = in_layout_of(weight, grad_weight);
+    }
+    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+std::shared_ptr<Memo>* memo_of(PyObject* capsule) {
+  return static_cast<std::shared_ptr<Memo>*>(PyCapsule_GetPointer(capsule, "convwgrad.memo"));
+}
+
+// new_memo(key) -> a memo capsule for a patched layer's route, whose fallback is called with ``key``
+PyObject* new_memo(PyObject*, PyObject* key) {
+  auto memo = std::make_shared<Memo>();
+  if (!int_value(key, memo->key)) return type_error("new_memo takes an int key");
+  return memo_capsule(memo);
+}
+
+bool optional_tensor(PyObject* object, std::optional<at::Tensor>& out) {
+  if (object == Py_None) return true;
+  if (!THPVariable_CheckExact(object)) return false;
+  out = THPVariable_Unpack(object);
+  return true;
+}
+
+// conv(input, weight, bias, stride, padding, dilation, groups, memo) -> output: torch's convolution whose
+// backward is the routed layer's native backward; None where a tensor is a subclass (not Parameter).
+// The GIL is released around the convolution, as torch's own bindings do.
+PyObject* conv(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 8) return type_error("conv takes 8 arguments");
+  std::optional<at::Tensor> bias;
+  if (!THPVariable_CheckExact(args[0]) || !THPVariable_CheckExact(args[1]) || !optional_tensor(args[2], bias)) {
+    Py_RETURN_NONE;  // a tensor subclass: the Python function, whose calls it sees
+  }
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 0;
+  if (!int_vector(args[3], stride) || !int_vector(args[4], padding) || !int_vector(args[5], dilation) ||
+      !int_value(args[6], groups)) {
+    return type_error("conv's stride, padding, dilation and groups must be ints");
+  }
+  std::shared_ptr<Memo>* memo = memo_of(args[7]);
+  if (memo == nullptr) return nullptr;
+  auto holder = c10::make_intrusive<MemoHolder>();
+  holder->memo = *memo;
+  const auto& installed = (*memo)->weight_grad;
+  if (installed != nullptr && check_context() == 1 && installed->context == state->context_changes) {
+    holder->weight_grad = installed;
+  }
+  const at::Tensor& input = THPVariable_Unpack(args[0]);
+  const at::Tensor& weight = THPVariable_Unpack(args[1]);
+  at::Tensor output;
+  {
+    pybind11::gil_scoped_release no_gil;
+    output = RoutedConv::apply(input, weight, bias, stride, padding, dilation, groups, holder);
+  }
+  return THPVariable_Wrap(std::move(output));
+  END_HANDLE_TH_ERRORS
+}
+
+bool uint_value(PyObject* value, uint64_t& out) {
+  if (!PyLong_Check(value)) return false;
+  out = PyLong_AsUnsignedLongLongMask(value);  // a literal's bits: negative ints wrap as C does
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
+// One launch from (function, grid, block, shared_bytes, input_alignment, grad_output_alignment,
+// params: ((source, nbytes, value), ...)).
+bool parse_launch(PyObject* object, Launch& launch) {
+  if (!PyTuple_Check(object) || PyTuple_GET_SIZE(object) != 7) return false;
+  uint64_t function = 0, shared = 0;
+  std::vector<int64_t> grid, block;
+  if (!uint_value(PyTuple_GET_ITEM(object, 0), function) || function == 0 ||
+      !int_vector(PyTuple_GET_ITEM(object, 1), grid) || grid.size() != 3 ||
+      !int_vector(PyTuple_GET_ITEM(object, 2), block) || block.size() != 3 ||
+      !uint_value(PyTuple_GET_ITEM(object, 3), shared) ||
+      !uint_value(PyTuple_GET_ITEM(object, 4), launch.input_alignment) || launch.input_alignment == 0 ||
+      !uint_value(PyTuple_GET_ITEM(object, 5), launch.grad_output_alignment) || launch.grad_output_alignment == 0) {
+    return false;
+  }
+  launch.function = reinterpret_cast<void*>(function);
+  launch.shared_bytes = static_cast<unsigned>(shared);
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] < 1 || block[i] < 1) return false;
+    launch.grid[i] = static_cast<unsigned>(grid[i]);
+    launch.block[i] = static_cast<unsigned>(block[i]);
+  }
+  PyObject* params = PySequence_Fast(PyTuple_GET_ITEM(object, 6), "");
+  if (params == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(params); ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(params, i);
+    Param param;
+    ok = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 3 && int_value(PyTuple_GET_ITEM(item, 0), param.source) &&
+         int_value(PyTuple_GET_ITEM(item, 1), param.nbytes) && uint_value(PyTuple_GET_ITEM(item, 2), param.value) &&
+         param.source >= kLiteral && param.source <= kOut && (param.nbytes == 4 || param.nbytes == 8) &&
+         (param.source == kLiteral || param.nbytes == 8);
+    if (ok && param.nbytes == 4) param.value &= 0xffffffffull;
+    launch.params.push_back(param);
+  }
+  Py_DECREF(params);
+  return ok;
+}
+
+// install(memo, input, grad_output, weight, stages, workspace_nbytes) -> bool: the launches of dW for these
+// tensors' metadata, for the memo's next forwards. stages: ((launch, ...), ...), each launch as parse_launch
+// reads it; dW is allocated in the weight's strides where they address what a contiguous dW does.
+PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 6) return type_error("install takes 6 arguments");
+  std::shared_ptr<Memo>* memo = memo_of(args[0]);
+  if (memo == nullptr) return nullptr;
+  for (int i = 1; i < 4; ++i) {
+    if (!THPVariable_CheckExact(args[i])) return type_error("install takes plain tensors");
+  }
+  const at::Tensor& input = THPVariable_Unpack(args[1]);
+  const at::Tensor& grad_output = THPVariable_Unpack(args[2]);
+  const at::Tensor& weight = THPVariable_Unpack(args[3]);
+  auto dw = std::make_shared<NativeWeightGrad>();
+  if (!input.is_cuda() || !int_value(args[5], dw->workspace_nbytes) || dw->workspace_nbytes < 0) Py_RETURN_FALSE;
+  PyObject* stages = PySequence_Fast(args[4], "stages must be a sequence");
+  if (stages == nullptr) return nullptr;
+  bool ok = PySequence_Fast_GET_SIZE(stages) > 0;
+  for (Py_ssize_t s = 0; ok && s < PySequence_Fast_GET_SIZE(stages); ++s) {
+    PyObject* launches = PySequence_Fast(PySequence_Fast_GET_ITEM(stages, s), "");
+    if (launches == nullptr) {
+      PyErr_Clear();
+      ok = false;
+      break;
+    }
+    std::vector<Launch> stage(static_cast<size_t>(PySequence_Fast_GET_SIZE(launches)));
+    for (size_t i = 0; ok && i < stage.size(); ++i) {
+      ok = parse_launch(PySequence_Fast_GET_ITEM(launches, static_cast<Py_ssize_t>(i)), stage[i]);
+    }
+    Py_DECREF(launches);
+    ok = ok && !stage.empty();
+    dw->stages.push_back(std::move(stage));
+  }
+  Py_DECREF(stages);
+  if (!ok) return type_error("install: malformed stages");
+  if (check_context() < 0) Py_RETURN_FALSE;
+  dw->context = state->context_changes;
+  dw->device_index = input.device().index();
+  dw->dtype = input.scalar_type();
+  dw->input_sizes = input.sizes().vec();
+  dw->input_strides = input.strides().vec();
+  dw->grad_output_sizes = grad_output.sizes().vec();
+  dw->grad_output_strides = grad_output.strides().vec();
+  dw->weight_sizes = weight.sizes().vec();
+  dw->weight_strides = weight.strides().vec();
+  // contiguous strides, or the weight's where they differ only on dims of size 1 (same addresses)
+  std::vector<int64_t> contiguous(weight.dim(), 1);
+  for (int64_t d = weight.dim() - 2; d >= 0; --d) contiguous[d] = contiguous[d + 1] * weight.size(d + 1);
+  bool weight_strided = true;
+  for (int64_t d = 0; d < weight.dim(); ++d) {
+    if (weight.size(d) > 1 && weight.stride(d) != contiguous[d]) weight_strided = false;
+  }
+  dw->out_strides = weight_strided ? dw->weight_strides : contiguous;
+  (*memo)->weight_grad = std::move(dw);
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
+}
+
+// configure_backward(fallback, enabled_by_default, open_logs)
+PyObject* configure_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) return type_error("configure_backward takes 3 arguments");
+  if (!PyCallable_Check(args[0])) return type_error("fallback must be callable");
+  Py_INCREF(args[0]);
+  PyObject* old = fallback;
+  fallback = args[0];
+  Py_XDECREF(old);
+  enabled_by_default = PyObject_IsTrue(args[1]) == 1;
+  open_logs = PyLong_AsLongLong(args[2]);
+  if (PyErr_Occurred()) return nullptr;
+  Py_RETURN_NONE;
+}
+
+// set_open_logs(n): record_launches logs open (the native backward leaves dW to Python while any is)
+PyObject* set_open_logs(PyObject*, PyObject* count) {
+  open_logs = PyLong_AsLongLong(count);
+  if (PyErr_Occurred()) return nullptr;
+  Py_RETURN_NONE;
+}
+
+// set_thread_enabled(bool): convwgrad.set_enabled on this thread
+PyObject* set_thread_enabled(PyObject*, PyObject* value) {
+  thread_enabled = PyObject_IsTrue(value) == 1 ? 1 : 0;
+  Py_RETURN_NONE;
+}
+
+// set_poison(bool): NaN in dW and the workspace before each native launch (tests: every element written)
+PyObject* set_poison(PyObject*, PyObject* value) {
+  poison = PyObject_IsTrue(value) == 1;
+  Py_RETURN_NONE;
+}
+
+// backward_stats() -> (native backwards, fallback backwards, driver found)
+PyObject* backward_stats(PyObject*, PyObject*) {
+  const DriverApi& api = driver_api();
+  return Py_BuildValue("(KKO)", native_backwards.load(), fallback_backwards.load(),
+                       api.launch != nullptr && api.is_capturing != nullptr ? Py_True : Py_False);
+}
+
 PyMethodDef methods[] = {
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(configure)), METH_FASTCALL,
      "Set where the planning context is read from; drops every kept call."},
@@ -501,6 +988,17 @@ PyMethodDef methods[] = {
      METH_FASTCALL, "Keep a prepared call for (problem, plan, tensors)."},
     {"clear", clear, METH_NOARGS, "Drop every kept call."},
     {"stats", stats, METH_NOARGS, "(hits, misses, kept calls, context changes)."},
+    {"conv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(conv)), METH_FASTCALL,
+     "torch's convolution with the routed layer's native backward."},
+    {"new_memo", new_memo, METH_O, "A memo capsule for a patched layer's route."},
+    {"install", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(install)), METH_FASTCALL,
+     "Install dW's launches for these tensors' metadata in a memo."},
+    {"configure_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(configure_backward)),
+     METH_FASTCALL, "Set the native backward's fallback, default switch and open logs."},
+    {"set_open_logs", set_open_logs, METH_O, "record_launches logs open."},
+    {"set_thread_enabled", set_thread_enabled, METH_O, "convwgrad.set_enabled on this thread."},
+    {"set_poison", set_poison, METH_O, "NaN in dW and the workspace before each native launch (tests)."},
+    {"backward_stats", backward_stats, METH_NOARGS, "(native backwards, fallback backwards, driver found)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
