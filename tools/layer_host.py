@@ -85,6 +85,9 @@ def main():
     parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py:NAME",
                         help="register this object as a convwgrad plugin first (tools/step_bench.py's --plugin)")
     args = parser.parse_args()
+    # loaded before the first layer: its build or load otherwise runs in the background on first use,
+    # and the layers timed before it lands would run EagerConv where the native backward was meant
+    print(f"native warm path: {native.load() is not None} ({native.status()})")
     if args.plugin:
         from step_bench import register_plugin  # tools/ is the script's directory
 

@@ -441,6 +441,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for entry in args.plugin:
         register_plugin(entry)
+    from convwgrad.provider import native
+
+    # loaded before the first step: otherwise its build or load lands in the background midway through
+    # the rounds, and the steps before it run the Python paths (the warm path, EagerConv's backward)
+    print(f"native warm path loaded: {native.load() is not None} ({native.status()})")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
           f"{'compiled' if args.compile else 'eager'}; median step ms over {args.rounds} x {args.steps} steps "
           f"each, stock and patched alternated")

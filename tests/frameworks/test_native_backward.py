@@ -25,6 +25,27 @@ def loaded():
     assert native.load() is not None, f"the native extension did not load: {native.status()}"
 
 
+@pytest.fixture(autouse=True)
+def routed_on_every_device(monkeypatch):
+    """On a CPU the router gives these small layers to a Triton family (the interpreter); on a GPU it
+    gives them to cuDNN, so there every layer is pinned to the general split-K family, routed alike."""
+    if DEVICE != "cuda":
+        yield
+        return
+    from convwgrad.provider import dispatch
+
+    real_plan = torch_ops.plan
+
+    def pinned_plan(problem, target=None, **pins):
+        return real_plan(problem, target, family="wgrad_splitk")
+
+    monkeypatch.setattr(torch_ops, "plan", pinned_plan)
+    monkeypatch.setattr(dispatch, "make_plan", pinned_plan)
+    dispatch.clear_prepared_calls()
+    yield
+    dispatch.clear_prepared_calls()
+
+
 def relative(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
