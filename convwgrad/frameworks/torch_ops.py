@@ -116,10 +116,12 @@ def _remembered_weight_grad(memo, input, grad_output, weight, stride, padding, d
 
 
 #: Whether a routed layer's eager call takes the native backward (``provider/native``: a C++ autograd
-#: function launching dW's kernels without Python) once the extension is loaded; False (or
-#: ``CONVWGRAD_NATIVE_BACKWARD=0``): :class:`EagerConv`'s Python backward. Read on every call, so tools
-#: flip it to time both in one process.
-native_backward = os.environ.get("CONVWGRAD_NATIVE_BACKWARD", "1").strip() != "0"
+#: function launching dW's kernels without Python) once the extension is loaded; False:
+#: :class:`EagerConv`'s Python backward. Read on every call, so tools flip it to time both in one process.
+#: Off unless ``CONVWGRAD_NATIVE_BACKWARD=1`` until its GPU launches have run on a GPU
+#: (tests/frameworks/test_native_backward_gpu.py; written in session 22, which got no device machine):
+#: an unmeasured, GPU-untested path stays opt-in.
+native_backward = os.environ.get("CONVWGRAD_NATIVE_BACKWARD", "0").strip() == "1"
 #: the routes' memos by the key their native memo calls the fallback with; a route that is gone is gone here
 _native_routes: "weakref.WeakValueDictionary[int, WeightGradMemo]" = weakref.WeakValueDictionary()
 _native_keys = itertools.count(1)

@@ -20,6 +20,12 @@ from support import DEVICE
 FP32_TOL = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def native_backward_on(monkeypatch):
+    """The native backward is opt-in (``CONVWGRAD_NATIVE_BACKWARD=1``); these tests are about it."""
+    monkeypatch.setattr(torch_ops, "native_backward", True)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def loaded():
     assert native.load() is not None, f"the native extension did not load: {native.status()}"

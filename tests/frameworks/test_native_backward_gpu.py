@@ -34,6 +34,12 @@ CONVS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 
 @pytest.fixture(autouse=True)
+def native_backward_on(monkeypatch):
+    """The native backward is opt-in (``CONVWGRAD_NATIVE_BACKWARD=1``); these tests are about it."""
+    monkeypatch.setattr(torch_ops, "native_backward", True)
+
+
+@pytest.fixture(autouse=True)
 def poisoned():
     assert native.load() is not None, native.status()
     native.set_poison(True)
