@@ -12,6 +12,7 @@ from convwgrad.provider.plan import plan as real_plan
 
 
 def main():
+    torch_ops.native_backward = True  # opt-in (CONVWGRAD_NATIVE_BACKWARD=1); this probe is about it
     print("load:", native.load(), native.status())
     for family in ("wgrad_staged", "wgrad_splitk"):
         pin = lambda problem, target=None, **pins: real_plan(problem, target, family=family)  # noqa: E731
