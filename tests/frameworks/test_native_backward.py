@@ -32,24 +32,11 @@ def loaded():
 
 
 @pytest.fixture(autouse=True)
-def routed_on_every_device(monkeypatch):
+def routed_on_every_device(pinned):
     """On a CPU the router gives these small layers to a Triton family (the interpreter); on a GPU it
     gives them to cuDNN, so there every layer is pinned to the general split-K family, routed alike."""
-    if DEVICE != "cuda":
-        yield
-        return
-    from convwgrad.provider import dispatch
-
-    real_plan = torch_ops.plan
-
-    def pinned_plan(problem, target=None, **pins):
-        return real_plan(problem, target, family="wgrad_splitk")
-
-    monkeypatch.setattr(torch_ops, "plan", pinned_plan)
-    monkeypatch.setattr(dispatch, "make_plan", pinned_plan)
-    dispatch.clear_prepared_calls()
-    yield
-    dispatch.clear_prepared_calls()
+    if DEVICE == "cuda":
+        pinned("wgrad_splitk")
 
 
 def relative(a, b):

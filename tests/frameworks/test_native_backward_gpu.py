@@ -11,8 +11,7 @@ from torch import nn
 
 import convwgrad
 from convwgrad.frameworks import torch_ops
-from convwgrad.provider import ConvProblem, dispatch, native
-from convwgrad.provider.plan import plan as real_plan
+from convwgrad.provider import ConvProblem, native
 from convwgrad.provider.reference import TOLERANCE, reference_weight_grad, relative_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -45,22 +44,6 @@ def poisoned():
     native.set_poison(True)
     yield
     native.set_poison(False)
-
-
-@pytest.fixture
-def pinned(monkeypatch):
-    """pin(family): every layer's dW planned for ``family``, routes and dispatch alike."""
-
-    def pin(family):
-        def pinned_plan(problem, target=None, **pins):
-            return real_plan(problem, target, family=family)
-
-        monkeypatch.setattr(torch_ops, "plan", pinned_plan)
-        monkeypatch.setattr(dispatch, "make_plan", pinned_plan)
-        dispatch.clear_prepared_calls()
-
-    yield pin
-    dispatch.clear_prepared_calls()
 
 
 def counts():
